@@ -151,9 +151,17 @@ pub fn mask_url(url: &str) -> String {
 
 fn is_secret_name(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    ["sig", "password", "secret", "token", "key", "signature", "credential"]
-        .iter()
-        .any(|s| n.contains(s))
+    [
+        "sig",
+        "password",
+        "secret",
+        "token",
+        "key",
+        "signature",
+        "credential",
+    ]
+    .iter()
+    .any(|s| n.contains(s))
 }
 
 #[cfg(test)]

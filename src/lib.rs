@@ -1,7 +1,38 @@
-//! rmq-backup: back up RabbitMQ queues and topology to storage and restore them.
+//! rmq-backup: back up the queues and topology of a RabbitMQ broker (AMQP 0-9-1) to storage
+//! and restore them byte for byte.
+//!
+//! Data flows one way: broker -> records -> segments -> storage, and back
+//! (see DESIGN.md "Shape"). One module per concept:
+//! - [`config`], [`selection`]: the YAML schema of SPEC.md and the queue selection rules;
+//! - [`amqp`]: the synchronous AMQP 0-9-1 client; [`management`]: the management HTTP API;
+//! - [`reader`]: reading a queue without losing it (the requeue strategies);
+//! - [`record`], [`segment`], [`manifest`]: the backup format; [`storage`]: where it is kept;
+//! - [`backup`], [`restore`], [`definitions`], [`inspect`]: the jobs; [`cli`]: the command line.
 
 pub mod amqp;
+pub mod backup;
 pub mod broker;
+pub mod cli;
+pub mod config;
+pub mod definitions;
 pub mod error;
+pub mod inspect;
+pub mod management;
+pub mod manifest;
+pub mod reader;
+pub mod record;
+pub mod restore;
+pub mod segment;
+pub mod selection;
+pub mod spool;
+pub mod storage;
 
 pub use error::{Error, Result};
+
+/// The current time in epoch milliseconds (the unit of every timestamp in SPEC.md).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

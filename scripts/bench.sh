@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Throughput and memory benchmark: rmq-backup beside a raw client on the same local broker, in
+# one run, plus the record codec benchmark. Release build.
+#
+# Usage: scripts/bench.sh [messages=100000] [body_bytes=1024]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-rabbitmq.sh
+cargo build --release --quiet --bin rmq-backup --example bench --example codec_bench
+echo "== record codec (one core)"
+target/release/examples/codec_bench
+echo "== backup and restore against a raw client"
+target/release/examples/bench target/release/rmq-backup "${1:-100000}" "${2:-1024}"

@@ -1,0 +1,513 @@
+//! The backup job (SPEC.md "What the service does", backup mode).
+//!
+//! ```text
+//! management API ─► selection ─► one thread + one AMQP connection per queue (≤ max_concurrent_queues)
+//!     deliveries ─► BackupRecord ─► bounded channel ─► segment builder (rayon: encode; streaming compression
+//!     into a local spool file) ─► uploader threads (blocking put) ─► manifest, written last
+//! ```
+//!
+//! Memory is bounded by configuration, never by queue depth: a queue thread holds at most one
+//! batch, the channel a few more, and a segment is compressed into a spool file, not memory.
+//! The manifest is written last; `completed_at` is null when any queue failed.
+
+use crate::amqp::{ConnectOptions, Connection};
+use crate::broker::QueueType;
+use crate::config::{BackupOptions, Config, SourceConfig};
+use crate::definitions;
+use crate::error::{Error, Result};
+use crate::management::{ManagementClient, QueueInfo};
+use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
+use crate::now_ms;
+use crate::reader;
+use crate::record::{encode_record, BackupRecord};
+use crate::segment::{Compression, SegmentWriter};
+use crate::selection;
+use crate::spool::{sanitize, SpoolDir};
+use crate::storage::Storage;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use rayon::prelude::*;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Records per batch handed from a queue thread to its segment builder.
+const BATCH_RECORDS: usize = 512;
+/// Body bytes per batch handed from a queue thread to its segment builder.
+const BATCH_BYTES: usize = 1 << 20;
+/// Batches in flight between a queue thread and its segment builder.
+const BATCH_CHANNEL: usize = 4;
+/// Attempts of one segment upload (transient errors only).
+const UPLOAD_ATTEMPTS: u32 = 4;
+
+/// What a backup run did, for the final summary line.
+#[derive(Debug, Clone, Default)]
+pub struct BackupSummary {
+    pub backup_id: String,
+    pub queues: usize,
+    pub messages: u64,
+    /// Compressed bytes written (segments).
+    pub bytes: u64,
+    pub segments: u64,
+    pub skipped: Vec<String>,
+    pub elapsed: Duration,
+}
+
+/// Runs a backup as `cfg` says, writing to `storage`.
+///
+/// Errors: the first failure (management API, AMQP, storage, ...). When queues fail the
+/// manifest is still written, with `completed_at: null`, so the run reads as interrupted.
+pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
+    let started = Instant::now();
+    let source = cfg.require_source()?;
+    let opts = &cfg.backup;
+    let backup_id = cfg.backup_id.as_str();
+    refuse_to_overwrite(storage.as_ref(), backup_id)?;
+
+    let mgmt = ManagementClient::new(
+        &source.management_url,
+        &source.management_username,
+        source.management_password.expose(),
+    )?;
+    let mut manifest = Manifest::new(backup_id, now_ms());
+    let overview = mgmt.overview()?;
+    manifest.source_cluster = overview.cluster_name;
+    manifest.broker_version = overview.broker_version;
+    check_memory_headroom(&mgmt)?;
+
+    let (queues, skipped) = select_queues(&mgmt, source)?;
+    log::info!(
+        "backup {backup_id}: {} queue(s) selected, {} skipped",
+        queues.len(),
+        skipped.len()
+    );
+    let compression = Compression::from(opts.compression);
+    if opts.include_definitions {
+        manifest.definitions = Some(definitions::export(
+            &mgmt,
+            storage.as_ref(),
+            backup_id,
+            compression,
+            opts.compression_level,
+        )?);
+    }
+
+    let spool = SpoolDir::create(backup_id)?;
+    let ctx = QueueContext {
+        source,
+        opts,
+        backup_id,
+        compression,
+        spool: spool.path(),
+        stop: AtomicBool::new(false),
+    };
+    let results = run_queues(&ctx, storage.clone(), &queues);
+
+    let mut first_error: Option<Error> = None;
+    let mut failures = 0usize;
+    for (info, result) in queues.iter().zip(results) {
+        match result {
+            Ok(q) => manifest.queues.push(q),
+            Err(e) => {
+                failures += 1;
+                log::error!("queue {} in vhost {} failed: {e}", info.name, info.vhost);
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    manifest
+        .queues
+        .sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+    manifest.recompute_totals();
+    if first_error.is_none() {
+        manifest.completed_at = Some(now_ms());
+    }
+    storage.put_bytes(
+        &manifest::manifest_key(backup_id),
+        manifest.to_json_pretty()?.as_bytes(),
+    )?;
+
+    if let Some(e) = first_error {
+        log::error!(
+            "backup {backup_id} is incomplete: {failures} of {} queue(s) failed; its manifest has completed_at null",
+            queues.len()
+        );
+        return Err(e);
+    }
+    Ok(BackupSummary {
+        backup_id: backup_id.to_string(),
+        queues: manifest.queues.len(),
+        messages: manifest.total_messages,
+        bytes: manifest.total_bytes,
+        segments: manifest.total_segments,
+        skipped,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// A completed backup is never overwritten: its segments are the only copy of the messages.
+fn refuse_to_overwrite(storage: &dyn Storage, backup_id: &str) -> Result<()> {
+    let key = manifest::manifest_key(backup_id);
+    if storage.head(&key)?.is_some() {
+        let existing = Manifest::from_json(&storage.get_bytes(&key)?)?;
+        if existing.completed_at.is_some() {
+            return Err(Error::Storage(format!(
+                "backup {backup_id} already exists and is complete in {}; choose another backup_id",
+                storage.location()
+            )));
+        }
+        log::warn!(
+            "backup {backup_id} in {} was interrupted earlier; it is written again from the start",
+            storage.location()
+        );
+    }
+    Ok(())
+}
+
+/// A broker under a memory alarm blocks publishers; reading it now would only add pressure.
+fn check_memory_headroom(mgmt: &ManagementClient) -> Result<()> {
+    for node in mgmt.nodes_memory()? {
+        if node.mem_alarm {
+            return Err(Error::Amqp(format!(
+                "broker node {} has a memory alarm ({} of {} bytes used); backup not started, every message left in place",
+                node.name, node.mem_used, node.mem_limit
+            )));
+        }
+        if node.mem_limit > 0 && node.mem_used > node.mem_limit / 10 * 8 {
+            log::warn!(
+                "broker node {} uses {} of its {} bytes memory limit",
+                node.name,
+                node.mem_used,
+                node.mem_limit
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Lists the broker's queues and applies `source.queues`. Returns the queues to back up (sorted
+/// by vhost, name) and a line per selected queue that is skipped, with the reason.
+fn select_queues(
+    mgmt: &ManagementClient,
+    source: &SourceConfig,
+) -> Result<(Vec<QueueInfo>, Vec<String>)> {
+    let mut chosen = Vec::new();
+    let mut skipped = Vec::new();
+    for q in mgmt.list_queues()? {
+        let Some(kind) = q.queue_type else {
+            let msg = format!(
+                "queue {} in vhost {} has type {}, which rmq-backup cannot read; skipped",
+                q.name, q.vhost, q.type_name
+            );
+            log::warn!("{msg}");
+            skipped.push(msg);
+            continue;
+        };
+        if !selection::selected(source.queues.as_ref(), &q.vhost, &q.name, kind, q.messages) {
+            log::debug!("queue {} in vhost {} not selected", q.name, q.vhost);
+            continue;
+        }
+        let reason = if kind == QueueType::Stream {
+            Some("stream queues are not supported yet (a later version reads them with the stream protocol)")
+        } else if q.exclusive {
+            Some("it is exclusive to another connection")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            let msg = format!("queue {} in vhost {} skipped: {reason}", q.name, q.vhost);
+            log::warn!("{msg}");
+            skipped.push(msg);
+            continue;
+        }
+        chosen.push(q);
+    }
+    chosen.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+    Ok((chosen, skipped))
+}
+
+/// What every queue thread shares.
+struct QueueContext<'a> {
+    source: &'a SourceConfig,
+    opts: &'a BackupOptions,
+    backup_id: &'a str,
+    compression: Compression,
+    spool: &'a Path,
+    /// Set when the run must stop (a queue saw the broker block its connection).
+    stop: AtomicBool,
+}
+
+/// Backs up `queues` with at most `max_concurrent_queues` threads, and uploader threads for the
+/// finished segments. Results are in the order of `queues`.
+fn run_queues(
+    ctx: &QueueContext,
+    storage: Arc<dyn Storage>,
+    queues: &[QueueInfo],
+) -> Vec<Result<QueueBackup>> {
+    let workers = ctx
+        .opts
+        .max_concurrent_queues
+        .max(1)
+        .min(queues.len().max(1));
+    let (upload_tx, upload_rx) = bounded::<Upload>(workers * 2);
+    let next = AtomicU64::new(0);
+    let results: Mutex<Vec<Option<Result<QueueBackup>>>> =
+        Mutex::new((0..queues.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(4) {
+            let rx = upload_rx.clone();
+            let storage = storage.clone();
+            s.spawn(move || uploader(rx, storage.as_ref()));
+        }
+        drop(upload_rx);
+        for _ in 0..workers {
+            let upload_tx = upload_tx.clone();
+            let next = &next;
+            let results = &results;
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::SeqCst) as usize;
+                let Some(q) = queues.get(i) else { break };
+                let r = backup_queue(ctx, q, &upload_tx);
+                if let Ok(mut all) = results.lock() {
+                    all[i] = Some(r);
+                }
+            });
+        }
+        drop(upload_tx);
+    });
+    results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(Error::Io("queue thread ended without a result".into()))))
+        .collect()
+}
+
+/// Backs up one queue on its own AMQP connection.
+fn backup_queue(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+    uploads: &Sender<Upload>,
+) -> Result<QueueBackup> {
+    let kind = q.queue_type.unwrap_or(QueueType::Classic);
+    let mut url = crate::amqp::AmqpUrl::parse(&ctx.source.amqp_url)?;
+    url.vhost = q.vhost.clone();
+    let mut options = ConnectOptions::new(url);
+    options.connection_name = format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name);
+    let conn = Connection::open(&options)?;
+    log::info!(
+        "queue {} in vhost {}: backing up ({} messages listed)",
+        q.name,
+        q.vhost,
+        q.messages
+    );
+
+    let (batch_tx, batch_rx) = bounded::<Vec<BackupRecord>>(BATCH_CHANNEL);
+    let started = Instant::now();
+    let (read, built) = std::thread::scope(|s| {
+        let builder = s.spawn(|| build_segments(ctx, q, batch_rx, uploads));
+        let mut batch: Vec<BackupRecord> = Vec::with_capacity(BATCH_RECORDS);
+        let mut batch_bytes = 0usize;
+        let mut sink = |d: crate::amqp::Delivery| -> Result<()> {
+            batch_bytes += d.body.len();
+            batch.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()));
+            if batch.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
+                batch_bytes = 0;
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_RECORDS));
+                batch_tx
+                    .send(full)
+                    .map_err(|_| Error::Io("segment builder stopped".into()))?;
+            }
+            Ok(())
+        };
+        let should_stop = || {
+            if ctx.stop.load(Ordering::Relaxed) {
+                return Some("backup stopped: the broker blocked another connection".to_string());
+            }
+            conn.blocked().map(|reason| {
+                ctx.stop.store(true, Ordering::Relaxed);
+                format!(
+                    "broker blocked the connection ({reason}); backup of queue {} stopped, every message left in place",
+                    q.name
+                )
+            })
+        };
+        let read = reader::read_queue(
+            &conn,
+            &q.name,
+            ctx.opts.requeue_strategy,
+            &mut sink,
+            &should_stop,
+        );
+        if read.is_ok() && !batch.is_empty() {
+            let _ = batch_tx.send(std::mem::take(&mut batch));
+        }
+        drop(batch_tx);
+        let built = builder
+            .join()
+            .unwrap_or_else(|_| Err(Error::Io("segment builder panicked".into())));
+        (read, built)
+    });
+    let closed = conn.close();
+    // A builder failure (storage, encoding) is the cause when the reader saw only a closed channel.
+    let segments = match (read, built) {
+        (Err(e), Ok(_)) => return Err(e),
+        (_, Err(e)) => return Err(e),
+        (Ok(outcome), Ok(segments)) => {
+            log::info!(
+                "queue {} in vhost {}: {} messages in {} segment(s), {:.1} s",
+                q.name,
+                q.vhost,
+                outcome.read,
+                segments.len(),
+                started.elapsed().as_secs_f64()
+            );
+            segments
+        }
+    };
+    if let Err(e) = closed {
+        log::debug!("closing connection of queue {}: {e}", q.name);
+    }
+    Ok(QueueBackup::from_segments(
+        &q.vhost, &q.name, kind, segments,
+    ))
+}
+
+/// A finished segment on its way to storage.
+struct Upload {
+    key: String,
+    path: PathBuf,
+    meta: SegmentMetadata,
+    reply: Sender<Result<SegmentMetadata>>,
+}
+
+/// Receives batches of records, encodes them (rayon), appends them to the current segment,
+/// rotates on `segment_max_bytes` / `segment_max_interval_ms`, hands finished segments to the
+/// uploaders, and returns their metadata in sequence order once all are stored.
+fn build_segments(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+    batches: Receiver<Vec<BackupRecord>>,
+    uploads: &Sender<Upload>,
+) -> Result<Vec<SegmentMetadata>> {
+    let max_bytes = ctx.opts.segment_max_bytes;
+    let max_age = Duration::from_millis(ctx.opts.segment_max_interval_ms);
+    let mut current: Option<(SegmentWriter, Instant)> = None;
+    let mut sequence = 0u64;
+    let mut pending: Vec<Receiver<Result<SegmentMetadata>>> = Vec::new();
+    let spool_name = format!("{}-{}", sanitize(&q.vhost), sanitize(&q.name));
+
+    let rotate = |current: &mut Option<(SegmentWriter, Instant)>,
+                  sequence: &mut u64,
+                  pending: &mut Vec<Receiver<Result<SegmentMetadata>>>|
+     -> Result<()> {
+        let Some((writer, _)) = current.take() else {
+            return Ok(());
+        };
+        let finished = writer.finish()?;
+        *sequence += 1;
+        let key = manifest::segment_key(
+            ctx.backup_id,
+            &q.vhost,
+            &q.name,
+            *sequence,
+            ctx.compression.extension(),
+        );
+        log::debug!(
+            "segment {key}: {} records, {} bytes ({} uncompressed)",
+            finished.record_count,
+            finished.size_bytes,
+            finished.uncompressed_bytes
+        );
+        let meta = SegmentMetadata::from_finished(key.clone(), *sequence, &finished);
+        let (tx, rx) = bounded(1);
+        uploads
+            .send(Upload {
+                key,
+                path: finished.path,
+                meta,
+                reply: tx,
+            })
+            .map_err(|_| Error::Io("segment uploaders stopped".into()))?;
+        pending.push(rx);
+        Ok(())
+    };
+
+    loop {
+        let wait = match &current {
+            Some((_, opened)) => max_age.saturating_sub(opened.elapsed()),
+            None => Duration::from_secs(3600),
+        };
+        let batch = match batches.recv_timeout(wait) {
+            Ok(b) => b,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                rotate(&mut current, &mut sequence, &mut pending)?;
+                continue;
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        };
+        let encoded: Vec<Vec<u8>> = batch
+            .par_iter()
+            .map(|r| {
+                let mut out = Vec::with_capacity(r.body.len() * 4 + 512);
+                encode_record(r, &mut out);
+                out
+            })
+            .collect();
+        for (record, json) in batch.iter().zip(encoded) {
+            let full = current.as_ref().is_some_and(|(w, opened)| {
+                w.record_count() > 0
+                    && (w.uncompressed_bytes() + json.len() as u64 + 4 > max_bytes
+                        || opened.elapsed() >= max_age)
+            });
+            if full {
+                rotate(&mut current, &mut sequence, &mut pending)?;
+            }
+            if current.is_none() {
+                let path = ctx
+                    .spool
+                    .join(format!("{spool_name}-{:04}.rbak", sequence + 1));
+                current = Some((
+                    SegmentWriter::create(&path, ctx.compression, ctx.opts.compression_level)?,
+                    Instant::now(),
+                ));
+            }
+            if let Some((writer, _)) = current.as_mut() {
+                writer.append(&json, record.backed_up_at)?;
+            }
+        }
+    }
+    rotate(&mut current, &mut sequence, &mut pending)?;
+    pending
+        .into_iter()
+        .map(|rx| {
+            rx.recv()
+                .unwrap_or_else(|_| Err(Error::Io("segment uploader stopped".into())))
+        })
+        .collect()
+}
+
+/// Stores finished segments, retrying transient failures with exponential backoff and jitter,
+/// then removes the spool file.
+fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
+    for job in jobs {
+        let mut attempt = 0;
+        let result = loop {
+            attempt += 1;
+            match storage.put_file(&job.key, &job.path) {
+                Ok(()) => break Ok(job.meta.clone()),
+                Err(e) if e.is_transient() && attempt < UPLOAD_ATTEMPTS => {
+                    let jitter = u64::from(std::process::id() % 100) + (now_ms() % 100) as u64;
+                    let delay = Duration::from_millis(200 * (1 << attempt) + jitter);
+                    log::warn!("{e}; retrying {} in {} ms", job.key, delay.as_millis());
+                    std::thread::sleep(delay);
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        if let Err(e) = std::fs::remove_file(&job.path) {
+            log::debug!("removing spool file {}: {e}", job.path.display());
+        }
+        let _ = job.reply.send(result);
+    }
+}

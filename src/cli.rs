@@ -1,0 +1,384 @@
+//! Command-line parsing, logging set-up, and exit codes (DESIGN.md decision 8: 0 success, 1 the
+//! job failed, 2 bad usage or configuration, 3 `validate` found damage).
+
+use crate::config::{Config, Mode};
+use crate::error::{Error, Result};
+use crate::inspect::{self, Format};
+use crate::storage::{self, Storage};
+use crate::{backup, restore};
+use argh::FromArgs;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Back up the queues and topology of a RabbitMQ broker to storage, and restore them
+/// byte for byte.
+#[derive(FromArgs, Debug)]
+#[argh(help_triggers("-h", "--help"))]
+struct Cli {
+    /// more output: -v debug, -vv trace (AMQP frames, storage operations, segment details);
+    /// accepted anywhere on the line. RUST_LOG overrides.
+    #[argh(switch, short = 'v')]
+    verbose: bool,
+
+    #[argh(subcommand)]
+    command: Command,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+enum Command {
+    Backup(BackupCmd),
+    Restore(RestoreCmd),
+    List(ListCmd),
+    Describe(DescribeCmd),
+    Validate(ValidateCmd),
+}
+
+/// Run a backup: read every selected queue without removing a message, write segments, the
+/// definitions and, last, the manifest.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "backup")]
+struct BackupCmd {
+    /// the YAML configuration file (mode: backup)
+    #[argh(option)]
+    config: PathBuf,
+}
+
+/// Run a restore: publish the messages of a backup to the target broker, optionally with its
+/// definitions first.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "restore")]
+struct RestoreCmd {
+    /// the YAML configuration file (mode: restore)
+    #[argh(option)]
+    config: PathBuf,
+}
+
+/// List the backups in a storage location.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "list")]
+struct ListCmd {
+    /// storage URL: file:///abs/path, memory://, s3://bucket?region=..&endpoint=..&path_style=true,
+    /// azure://account.blob.core.windows.net/container, gcs://bucket
+    #[argh(option)]
+    path: String,
+    /// output format: table (default) or json
+    #[argh(option, default = "Format::Table")]
+    format: Format,
+}
+
+/// Describe one backup: its manifest, queue by queue.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "describe")]
+struct DescribeCmd {
+    /// storage URL (see `list --help`)
+    #[argh(option)]
+    path: String,
+    /// the backup id to describe
+    #[argh(option)]
+    backup_id: String,
+    /// output format: table (default) or json
+    #[argh(option, default = "Format::Table")]
+    format: Format,
+}
+
+/// Validate a backup: every segment present with its size; with --deep also fetched and
+/// checked (CRC32, SHA-256, record count, every record). Exit 3 when damaged.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "validate")]
+struct ValidateCmd {
+    /// storage URL (see `list --help`)
+    #[argh(option)]
+    path: String,
+    /// the backup id to validate
+    #[argh(option)]
+    backup_id: String,
+    /// fetch every segment and verify its checksums and records
+    #[argh(switch)]
+    deep: bool,
+    /// output format: table (default) or json
+    #[argh(option, default = "Format::Table")]
+    format: Format,
+}
+
+/// Exit code when `validate` finds damage.
+pub const EXIT_DAMAGED: i32 = 3;
+
+/// Splits verbosity flags out of `args` (anywhere on the line: `-v`, `-vv`, `-v -v`,
+/// `--verbose`) and expands `--opt=value` into `--opt value`. Returns (verbosity, the rest).
+pub fn preprocess(args: &[String]) -> (u8, Vec<String>) {
+    let mut verbosity = 0u8;
+    let mut rest = Vec::new();
+    let mut after_double_dash = false;
+    for a in args {
+        if after_double_dash {
+            rest.push(a.clone());
+        } else if a == "--" {
+            after_double_dash = true;
+            rest.push(a.clone());
+        } else if a == "--verbose" {
+            verbosity = verbosity.saturating_add(1);
+        } else if a.len() >= 2
+            && a.starts_with('-')
+            && !a.starts_with("--")
+            && a[1..].chars().all(|c| c == 'v')
+        {
+            verbosity = verbosity.saturating_add((a.len() - 1) as u8);
+        } else if let Some((k, v)) = a.strip_prefix("--").and_then(|s| s.split_once('=')) {
+            rest.push(format!("--{k}"));
+            rest.push(v.to_string());
+        } else {
+            rest.push(a.clone());
+        }
+    }
+    (verbosity, rest)
+}
+
+fn init_logging(verbosity: u8) {
+    let mut b = env_logger::Builder::new();
+    b.target(env_logger::Target::Stderr);
+    match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.is_empty() => {
+            b.parse_filters(&spec);
+        }
+        _ => {
+            let level = match verbosity {
+                0 => log::LevelFilter::Info,
+                1 => log::LevelFilter::Debug,
+                _ => log::LevelFilter::Trace,
+            };
+            // Our own crate at the chosen level; libraries stay quieter unless -vv.
+            b.filter_level(if verbosity >= 2 {
+                level
+            } else {
+                log::LevelFilter::Warn
+            });
+            b.filter_module("rmq_backup", level);
+        }
+    }
+    b.format(|buf, record| {
+        writeln!(
+            buf,
+            "{} {:<5} {}",
+            buf.timestamp_millis(),
+            record.level(),
+            record.args()
+        )
+    });
+    let _ = b.try_init();
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().collect();
+    let program = args.first().cloned().unwrap_or_else(|| "rmq-backup".into());
+    let (verbosity, rest) = preprocess(args.get(1..).unwrap_or_default());
+    let name = std::path::Path::new(&program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("rmq-backup")
+        .to_string();
+    let rest_refs: Vec<&str> = rest.iter().map(String::as_str).collect();
+    let cli = match Cli::from_args(&[name.as_str()], &rest_refs) {
+        Ok(cli) => cli,
+        Err(early) => {
+            return match early.status {
+                Ok(()) => {
+                    println!("{}", early.output);
+                    0
+                }
+                Err(()) => {
+                    eprintln!("{}", early.output.trim_end());
+                    eprintln!("Run {name} --help for usage.");
+                    2
+                }
+            };
+        }
+    };
+    init_logging(verbosity + u8::from(cli.verbose));
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn run(command: Command) -> Result<i32> {
+    match command {
+        Command::Backup(cmd) => {
+            let cfg = match load(&cmd.config, Mode::Backup) {
+                Ok(cfg) => cfg,
+                Err(e) => return Ok(config_failure(&e)),
+            };
+            let storage = storage::open_config(&cfg.storage)?;
+            let s = backup::run(&cfg, storage)?;
+            let secs = s.elapsed.as_secs_f64();
+            println!(
+                "Backup {} completed: {} queues, {} messages, {} segments, {} in {:.1} s ({:.0} msg/s){}",
+                s.backup_id,
+                s.queues,
+                s.messages,
+                s.segments,
+                inspect::human_bytes(s.bytes),
+                secs,
+                s.messages as f64 / secs.max(0.001),
+                if s.skipped.is_empty() { String::new() } else { format!("; {} skipped (see warnings)", s.skipped.len()) }
+            );
+            Ok(0)
+        }
+        Command::Restore(cmd) => {
+            let cfg = match load(&cmd.config, Mode::Restore) {
+                Ok(cfg) => cfg,
+                Err(e) => return Ok(config_failure(&e)),
+            };
+            let storage = storage::open_config(&cfg.storage)?;
+            let s = restore::run(&cfg, storage)?;
+            print_restore(&s);
+            Ok(0)
+        }
+        Command::List(cmd) => {
+            let storage = open_url(&cmd.path)?;
+            print!("{}", inspect::list(storage.as_ref(), cmd.format)?);
+            Ok(0)
+        }
+        Command::Describe(cmd) => {
+            let storage = open_url(&cmd.path)?;
+            print!(
+                "{}",
+                inspect::describe(storage.as_ref(), &cmd.backup_id, cmd.format)?
+            );
+            Ok(0)
+        }
+        Command::Validate(cmd) => {
+            let storage = open_url(&cmd.path)?;
+            let report = inspect::validate(storage.as_ref(), &cmd.backup_id, cmd.deep)?;
+            print!("{}", report.render(cmd.format)?);
+            Ok(if report.is_valid() { 0 } else { EXIT_DAMAGED })
+        }
+    }
+}
+
+/// A configuration file that cannot be read, parsed or validated is bad usage: exit 2,
+/// whatever the category of the error (`Serialization error:` for YAML).
+fn config_failure(e: &Error) -> i32 {
+    eprintln!("{e}");
+    2
+}
+
+fn load(path: &std::path::Path, expected: Mode) -> Result<Config> {
+    let cfg = Config::load(path)?;
+    if cfg.mode != expected {
+        return Err(Error::Config(format!(
+            "{} has mode {}, but this command runs a {}",
+            path.display(),
+            cfg.mode.as_str(),
+            expected.as_str()
+        )));
+    }
+    Ok(cfg)
+}
+
+fn open_url(url: &str) -> Result<Arc<dyn Storage>> {
+    storage::open_url(&storage::parse_storage_url(url)?)
+}
+
+fn print_restore(s: &restore::RestoreSummary) {
+    if s.dry_run {
+        println!("Dry run of restore {}: nothing was published.", s.backup_id);
+        if let Some(d) = &s.definitions {
+            println!(
+                "Definitions: {} vhosts, {} queues, {} exchanges, {} bindings, {} users would be imported",
+                d.vhosts, d.queues, d.exchanges, d.bindings, d.users
+            );
+        }
+        for q in &s.queues {
+            println!(
+                "  {}/{} -> {}/{}: {} messages in backup, {} segment(s) in the time window",
+                q.source_vhost,
+                q.source_queue,
+                q.target_vhost,
+                q.target_queue,
+                q.in_backup,
+                q.segments
+            );
+        }
+        return;
+    }
+    let secs = s.elapsed.as_secs_f64();
+    let published = s.published();
+    println!(
+        "Restore {} completed: {} queues, {} messages published, {} confirmed, {} failed, {} outside the time window, in {:.1} s ({:.0} msg/s)",
+        s.backup_id,
+        s.queues.len(),
+        published,
+        s.confirmed(),
+        s.failed(),
+        s.queues.iter().map(|q| q.outside_window).sum::<u64>(),
+        secs,
+        published as f64 / secs.max(0.001)
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strs(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn verbosity_anywhere() {
+        assert_eq!(
+            preprocess(&strs(&["-vv", "list", "--path", "x"])),
+            (2, strs(&["list", "--path", "x"]))
+        );
+        assert_eq!(preprocess(&strs(&["list", "-v", "-v", "--path", "x"])).0, 2);
+        assert_eq!(preprocess(&strs(&["list", "--path", "x", "-vvv"])).0, 3);
+        assert_eq!(
+            preprocess(&strs(&["--verbose", "list"])),
+            (1, strs(&["list"]))
+        );
+    }
+
+    #[test]
+    fn expands_equals_options() {
+        assert_eq!(
+            preprocess(&strs(&["validate", "--path=file:///a?b=c", "--deep"])).1,
+            strs(&["validate", "--path", "file:///a?b=c", "--deep"])
+        );
+    }
+
+    #[test]
+    fn parses_subcommands() {
+        let cli = Cli::from_args(
+            &["rmq-backup"],
+            &[
+                "validate",
+                "--path",
+                "memory://",
+                "--backup-id",
+                "b",
+                "--deep",
+                "--format",
+                "json",
+            ],
+        )
+        .unwrap();
+        match cli.command {
+            Command::Validate(v) => {
+                assert!(v.deep);
+                assert_eq!(v.backup_id, "b");
+                assert_eq!(v.format, Format::Json);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            Cli::from_args(&["rmq-backup"], &["list", "--path", "x", "--format", "xml"]).is_err()
+        );
+        assert!(Cli::from_args(&["rmq-backup"], &["backup"]).is_err());
+    }
+}

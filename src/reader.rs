@@ -1,0 +1,271 @@
+//! Reading a queue without losing it: the four `requeue_strategy` values of SPEC.md
+//! "Requeue strategies" and DESIGN.md decision 7.
+//!
+//! Every strategy reads the depth present at start *without acknowledging anything*, so the
+//! broker keeps every message, and gives them all back when the read is over:
+//!
+//! | strategy | read | give back |
+//! |---|---|---|
+//! | `cancel` | `basic.consume` windows | `basic.cancel`, then channel close requeues |
+//! | `nack` | `basic.get` | `basic.nack(requeue)` per message, in delivery order |
+//! | `reject` | `basic.consume` windows | `basic.reject(requeue)` per message, in delivery order |
+//! | `get` | `basic.get` | one `basic.nack(multiple, requeue)` |
+//!
+//! The give-back happens after the whole depth is held, never message by message while
+//! reading: a requeued message goes back to the head of the queue and would be read again.
+//!
+//! Consumer windows: without acks the broker stops delivering once `prefetch_count` messages
+//! are unacked, and a quorum queue treats prefetch 0 as 2000, so each consumer's prefetch is
+//! sized to the messages it must hold, at most 65,535 (the field is a u16). A deeper queue
+//! gets more consumers, each on its own channel, each opened only after the previous one holds
+//! its full window: that keeps the delivery order (ENVIRONMENT.md, broker behaviours).
+
+use crate::amqp::{Channel, Connection, Consumer, Delivery, FieldTable};
+use crate::config::RequeueStrategy;
+use crate::error::{Error, Result};
+use std::time::{Duration, Instant};
+
+/// Largest prefetch one consumer can have: the AMQP `prefetch-count` field is a u16.
+pub const MAX_WINDOW: u64 = 65_535;
+
+/// How long to wait for a delivery before asking the broker whether the queue still holds
+/// messages for us (ms).
+const POLL_MS: u64 = 2_000;
+
+/// How long the queue may stay silent while it reports ready messages before the read fails.
+const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// What one read of a queue saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadOutcome {
+    /// Messages the queue held (ready) when the read started.
+    pub depth_at_start: u64,
+    /// Messages handed to the sink.
+    pub read: u64,
+}
+
+/// Reads up to the current depth of `queue` on `conn` with `strategy`, handing each delivery
+/// to `sink` in queue order, then gives every message back to the broker.
+///
+/// `sink` may fail (storage, encoding): the read stops and the messages are still given back.
+/// `should_stop` is polled between deliveries; when it returns `Some(reason)` the read stops
+/// with `Error::Connection(reason)`, messages given back.
+///
+/// Errors: AMQP errors of the broker (`NOT_FOUND - no queue ...`, `ACCESS_REFUSED ...`), a lost
+/// connection, or a queue that stays silent for 120 s while reporting ready messages.
+pub fn read_queue(
+    conn: &Connection,
+    queue: &str,
+    strategy: RequeueStrategy,
+    sink: &mut dyn FnMut(Delivery) -> Result<()>,
+    should_stop: &dyn Fn() -> Option<String>,
+) -> Result<ReadOutcome> {
+    let control = conn.open_channel()?;
+    let depth = u64::from(control.queue_declare_passive(queue)?.message_count);
+    log::debug!("queue {queue}: depth {depth} at start, strategy {strategy:?}");
+    let mut outcome = ReadOutcome {
+        depth_at_start: depth,
+        read: 0,
+    };
+    if depth == 0 {
+        control.close()?;
+        return Ok(outcome);
+    }
+    let result = match strategy {
+        RequeueStrategy::Cancel | RequeueStrategy::Reject => read_by_consume(
+            conn,
+            &control,
+            queue,
+            depth,
+            strategy,
+            sink,
+            should_stop,
+            &mut outcome,
+        ),
+        RequeueStrategy::Nack | RequeueStrategy::Get => read_by_get(
+            conn,
+            queue,
+            depth,
+            strategy,
+            sink,
+            should_stop,
+            &mut outcome,
+        ),
+    };
+    let closed = control.close();
+    result?;
+    closed?;
+    Ok(outcome)
+}
+
+/// One consumer with its own channel and the delivery tags it holds.
+struct Window {
+    channel: Channel,
+    consumer: Consumer,
+    size: u64,
+    /// Deliveries this consumer holds.
+    held: u64,
+    /// Their delivery tags, kept only when each must be rejected one by one.
+    tags: Vec<u64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read_by_consume(
+    conn: &Connection,
+    control: &Channel,
+    queue: &str,
+    depth: u64,
+    strategy: RequeueStrategy,
+    sink: &mut dyn FnMut(Delivery) -> Result<()>,
+    should_stop: &dyn Fn() -> Option<String>,
+    outcome: &mut ReadOutcome,
+) -> Result<()> {
+    let mut windows: Vec<Window> = Vec::new();
+    let read = (|| -> Result<()> {
+        let mut last_delivery = Instant::now();
+        while outcome.read < depth {
+            if let Some(reason) = should_stop() {
+                return Err(Error::Connection(reason));
+            }
+            let need_new = windows.last().is_none_or(|w| w.held >= w.size);
+            if need_new {
+                let size = (depth - outcome.read).min(MAX_WINDOW);
+                windows.push(open_window(conn, queue, size, windows.len())?);
+            }
+            let window = windows.last_mut().expect("a window was just opened");
+            match window
+                .consumer
+                .recv_timeout(Duration::from_millis(POLL_MS))?
+            {
+                Some(delivery) => {
+                    last_delivery = Instant::now();
+                    window.held += 1;
+                    if strategy == RequeueStrategy::Reject {
+                        window.tags.push(delivery.delivery_tag);
+                    }
+                    outcome.read += 1;
+                    sink(delivery)?;
+                }
+                None => {
+                    if queue_drained(control, queue, outcome, depth)? {
+                        break;
+                    }
+                    if last_delivery.elapsed() > STALL_LIMIT {
+                        return Err(Error::Amqp(format!(
+                            "no delivery from queue {queue} for {} s although it reports ready messages ({} of {depth} read)",
+                            STALL_LIMIT.as_secs(),
+                            outcome.read
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    // Give everything back, oldest window first so that requeued messages keep their order.
+    let mut give_back: Result<()> = Ok(());
+    for window in windows {
+        let r = (|| -> Result<()> {
+            window.channel.basic_cancel(window.consumer.tag())?;
+            if strategy == RequeueStrategy::Reject {
+                for tag in &window.tags {
+                    window.channel.basic_reject(*tag, true)?;
+                }
+            }
+            window.channel.close()
+        })();
+        if give_back.is_ok() {
+            give_back = r;
+        }
+    }
+    read?;
+    give_back
+}
+
+fn open_window(conn: &Connection, queue: &str, size: u64, index: usize) -> Result<Window> {
+    let channel = conn.open_channel()?;
+    // `size` is at most MAX_WINDOW, so it fits the u16 prefetch field.
+    let prefetch = u16::try_from(size).unwrap_or(u16::MAX);
+    channel.basic_qos(prefetch, false)?;
+    let tag = format!("rmq-backup-{}-{index}", std::process::id());
+    let consumer = channel.basic_consume(queue, &tag, false, false, &FieldTable::new())?;
+    log::debug!("queue {queue}: consumer {tag} opened with prefetch {prefetch}");
+    Ok(Window {
+        channel,
+        consumer,
+        size,
+        held: 0,
+        tags: Vec::new(),
+    })
+}
+
+/// True when the queue has no ready message left for us: it shrank while we read (another
+/// consumer took messages). The read then ends with what it holds.
+fn queue_drained(
+    control: &Channel,
+    queue: &str,
+    outcome: &ReadOutcome,
+    depth: u64,
+) -> Result<bool> {
+    let ready = control.queue_declare_passive(queue)?.message_count;
+    if ready == 0 {
+        log::warn!(
+            "queue {queue} held {depth} messages at start but only {} were left to read: another consumer took the rest",
+            outcome.read
+        );
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+fn read_by_get(
+    conn: &Connection,
+    queue: &str,
+    depth: u64,
+    strategy: RequeueStrategy,
+    sink: &mut dyn FnMut(Delivery) -> Result<()>,
+    should_stop: &dyn Fn() -> Option<String>,
+    outcome: &mut ReadOutcome,
+) -> Result<()> {
+    let channel = conn.open_channel()?;
+    let mut tags: Vec<u64> = Vec::new();
+    let read = (|| -> Result<()> {
+        while outcome.read < depth {
+            if let Some(reason) = should_stop() {
+                return Err(Error::Connection(reason));
+            }
+            match channel.basic_get(queue, false)? {
+                Some(get) => {
+                    tags.push(get.delivery.delivery_tag);
+                    outcome.read += 1;
+                    sink(get.delivery)?;
+                }
+                None => {
+                    log::warn!(
+                        "queue {queue} held {depth} messages at start but only {} were left to read: another consumer took the rest",
+                        outcome.read
+                    );
+                    break;
+                }
+            }
+        }
+        Ok(())
+    })();
+    let give_back = (|| -> Result<()> {
+        match strategy {
+            RequeueStrategy::Get => {
+                if let Some(last) = tags.last() {
+                    channel.basic_nack(*last, true, true)?;
+                }
+            }
+            _ => {
+                for tag in &tags {
+                    channel.basic_nack(*tag, false, true)?;
+                }
+            }
+        }
+        channel.close()
+    })();
+    read?;
+    give_back
+}

@@ -1,0 +1,545 @@
+//! The restore job (SPEC.md "What the service does", restore mode, and the `restore` options).
+//!
+//! ```text
+//! manifest ─► definitions (optional) ─► per-queue thread (≤ max_concurrent_queues): fetch segment
+//!     to a spool file ─► verify CRC32 ─► decode records ─► time window ─► map names
+//!     ─► publish with confirms, a window of produce_batch_size × 10 in flight
+//! ```
+//!
+//! Every publish is `mandatory`, so a message the target cannot route comes back
+//! (`basic.return`) and is counted as failed instead of vanishing. Any failed message fails the
+//! run (exit 1) after every queue was tried.
+
+use crate::amqp::{AmqpUrl, Channel, ConnectOptions, Connection};
+use crate::broker::QueueType;
+use crate::config::{Config, PublishMode, RestoreOptions, TargetConfig};
+use crate::definitions::{self, ImportSummary};
+use crate::error::{Error, Result};
+use crate::management::ManagementClient;
+use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
+use crate::record::decode_record;
+use crate::segment::SegmentReader;
+use crate::spool::SpoolDir;
+use crate::storage::Storage;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Confirm batches allowed in flight: up to `produce_batch_size` × this many unconfirmed publishes.
+const BATCHES_IN_FLIGHT: u64 = 10;
+/// Longest wait for the broker to confirm a window of publishes.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What a restore did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default)]
+pub struct RestoreSummary {
+    pub backup_id: String,
+    pub dry_run: bool,
+    pub queues: Vec<QueueRestore>,
+    pub definitions: Option<ImportSummary>,
+    pub elapsed: Duration,
+}
+
+impl RestoreSummary {
+    /// Messages published, over all queues.
+    pub fn published(&self) -> u64 {
+        self.queues.iter().map(|q| q.published).sum()
+    }
+    /// Messages confirmed by the target, over all queues.
+    pub fn confirmed(&self) -> u64 {
+        self.queues.iter().map(|q| q.confirmed).sum()
+    }
+    /// Messages nacked or returned by the target, over all queues.
+    pub fn failed(&self) -> u64 {
+        self.queues.iter().map(|q| q.failed).sum()
+    }
+}
+
+/// One queue of the plan and, after the run, what happened to it.
+#[derive(Debug, Clone, Default)]
+pub struct QueueRestore {
+    pub source_vhost: String,
+    pub source_queue: String,
+    pub target_vhost: String,
+    pub target_queue: String,
+    pub queue_type: Option<QueueType>,
+    /// Messages in the backup for this queue.
+    pub in_backup: u64,
+    /// Segments whose time range meets the window.
+    pub segments: usize,
+    pub published: u64,
+    pub confirmed: u64,
+    pub failed: u64,
+    /// Records left out by `time_window_start` / `time_window_end`.
+    pub outside_window: u64,
+}
+
+/// Runs a restore as `cfg` says, reading from `storage`.
+///
+/// Errors: `Storage error: Key not found: <id>/manifest.json` when the backup is absent;
+/// segment damage (`Serialization error: CRC32 mismatch ...`); AMQP errors of the target
+/// (`NOT_FOUND - no queue ...`); messages the target nacked or could not route.
+pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
+    let started = Instant::now();
+    let target = cfg.require_target()?;
+    let opts = &cfg.restore;
+    let backup_id = cfg.backup_id.as_str();
+    let manifest = Manifest::from_json(&storage.get_bytes(&manifest::manifest_key(backup_id))?)?;
+    if manifest.completed_at.is_none() {
+        log::warn!("backup {backup_id} is incomplete (completed_at is null): restoring the queues it holds");
+    }
+    let mut summary = RestoreSummary {
+        backup_id: backup_id.to_string(),
+        dry_run: opts.dry_run,
+        queues: plan(&manifest, opts),
+        ..Default::default()
+    };
+
+    let mgmt = management(target)?;
+    if opts.restore_definitions {
+        match (&manifest.definitions, &mgmt) {
+            (Some(entry), Some(mgmt)) => {
+                let mut dopts = opts.clone();
+                dopts.definitions_dry_run |= opts.dry_run;
+                summary.definitions = Some(definitions::import(
+                    mgmt,
+                    storage.as_ref(),
+                    backup_id,
+                    entry,
+                    &dopts,
+                )?);
+            }
+            (None, _) => {
+                log::warn!("backup {backup_id} holds no definitions: restore_definitions skipped")
+            }
+            (_, None) => {
+                return Err(Error::Config(
+                    "target.management_url is required when restore.restore_definitions is true"
+                        .into(),
+                ))
+            }
+        }
+    }
+    if opts.dry_run {
+        check_segments_exist(storage.as_ref(), &manifest)?;
+        summary.elapsed = started.elapsed();
+        return Ok(summary);
+    }
+    if opts.create_missing_queues && opts.publish_mode == PublishMode::DirectToQueue {
+        let mgmt = mgmt.as_ref().ok_or_else(|| {
+            Error::Config(
+                "target.management_url is required when restore.create_missing_queues is true"
+                    .into(),
+            )
+        })?;
+        create_missing_queues(mgmt, &summary.queues)?;
+    }
+
+    let spool = SpoolDir::create(&format!("{backup_id}-restore"))?;
+    let limiter = RateLimiter::new(opts.rate_limit_messages_per_sec);
+    let url = AmqpUrl::parse(&target.amqp_url)?;
+    let jobs: Vec<(usize, &QueueBackup)> = manifest.queues.iter().enumerate().collect();
+    let next = AtomicU64::new(0);
+    let results: Mutex<Vec<Option<Result<QueueRestore>>>> =
+        Mutex::new((0..jobs.len()).map(|_| None).collect());
+    let workers = opts.max_concurrent_queues.max(1).min(jobs.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst) as usize;
+                let Some((index, backup)) = jobs.get(i) else {
+                    break;
+                };
+                let mut entry = summary.queues[*index].clone();
+                let r = restore_queue(
+                    &url,
+                    opts,
+                    storage.as_ref(),
+                    spool.path(),
+                    &limiter,
+                    backup,
+                    &mut entry,
+                )
+                .map(|()| entry);
+                if let Ok(mut all) = results.lock() {
+                    all[*index] = Some(r);
+                }
+            });
+        }
+    });
+    let mut first_error = None;
+    for (i, r) in results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        match r {
+            Some(Ok(q)) => summary.queues[i] = q,
+            Some(Err(e)) => {
+                let q = &summary.queues[i];
+                log::error!(
+                    "queue {} in vhost {} failed: {e}",
+                    q.source_queue,
+                    q.source_vhost
+                );
+                first_error.get_or_insert(e);
+            }
+            None => {
+                first_error
+                    .get_or_insert(Error::Io("restore thread ended without a result".into()));
+            }
+        }
+    }
+    summary.elapsed = started.elapsed();
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let failed = summary.failed();
+    if failed > 0 {
+        return Err(Error::Amqp(format!(
+            "{failed} message(s) were not accepted by the target broker (nacked or unroutable); see the log for the queues"
+        )));
+    }
+    Ok(summary)
+}
+
+fn management(target: &TargetConfig) -> Result<Option<ManagementClient>> {
+    match (
+        &target.management_url,
+        &target.management_username,
+        &target.management_password,
+    ) {
+        (Some(url), Some(user), Some(password)) => {
+            Ok(Some(ManagementClient::new(url, user, password.expose())?))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Maps each queue of the manifest to its target and counts what the time window keeps.
+pub fn plan(manifest: &Manifest, opts: &RestoreOptions) -> Vec<QueueRestore> {
+    manifest
+        .queues
+        .iter()
+        .map(|q| QueueRestore {
+            source_vhost: q.vhost.clone(),
+            source_queue: q.name.clone(),
+            target_vhost: opts
+                .vhost_mapping
+                .get(&q.vhost)
+                .cloned()
+                .unwrap_or_else(|| q.vhost.clone()),
+            target_queue: opts
+                .queue_mapping
+                .get(&q.name)
+                .cloned()
+                .unwrap_or_else(|| q.name.clone()),
+            queue_type: Some(q.queue_type),
+            in_backup: q.message_count,
+            segments: q
+                .segments
+                .iter()
+                .filter(|s| segment_in_window(s, opts))
+                .count(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// True when a segment may hold records inside the time window.
+fn segment_in_window(s: &SegmentMetadata, opts: &RestoreOptions) -> bool {
+    let after_start = opts
+        .time_window_start
+        .is_none_or(|start| s.last_timestamp.is_none_or(|last| last >= start));
+    let before_end = opts
+        .time_window_end
+        .is_none_or(|end| s.first_timestamp.is_none_or(|first| first <= end));
+    after_start && before_end
+}
+
+fn in_window(backed_up_at: i64, opts: &RestoreOptions) -> bool {
+    opts.time_window_start.is_none_or(|s| backed_up_at >= s)
+        && opts.time_window_end.is_none_or(|e| backed_up_at <= e)
+}
+
+/// Dry run: every segment the manifest lists must be in storage with its recorded size.
+fn check_segments_exist(storage: &dyn Storage, manifest: &Manifest) -> Result<()> {
+    for q in &manifest.queues {
+        for s in &q.segments {
+            match storage.head(&s.key)? {
+                None => return Err(Error::Storage(format!("Key not found: {}", s.key))),
+                Some(size) if size != s.size_bytes => {
+                    return Err(Error::Storage(format!(
+                        "segment {} is {size} bytes but the manifest says {}",
+                        s.key, s.size_bytes
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Declares the target queues that do not exist yet, with the arguments of SPEC.md
+/// ("Created queue arguments when create_missing_queues applies").
+fn create_missing_queues(mgmt: &ManagementClient, plan: &[QueueRestore]) -> Result<()> {
+    for q in plan {
+        match mgmt.get_queue(&q.target_vhost, &q.target_queue) {
+            Ok(_) => continue,
+            Err(Error::Management(m)) if m.starts_with("HTTP 404") => {}
+            Err(e) => return Err(e),
+        }
+        let mut args = serde_json::Map::new();
+        match q.queue_type {
+            Some(QueueType::Quorum) => {
+                args.insert("x-queue-type".into(), "quorum".into());
+            }
+            Some(QueueType::Stream) => {
+                args.insert("x-queue-type".into(), "stream".into());
+            }
+            _ => {}
+        }
+        mgmt.declare_queue(&q.target_vhost, &q.target_queue, true, &args)?;
+        log::info!(
+            "queue {} created in vhost {}",
+            q.target_queue,
+            q.target_vhost
+        );
+    }
+    Ok(())
+}
+
+/// Restores one queue of the backup on its own connection.
+fn restore_queue(
+    url: &AmqpUrl,
+    opts: &RestoreOptions,
+    storage: &dyn Storage,
+    spool: &Path,
+    limiter: &RateLimiter,
+    backup: &QueueBackup,
+    entry: &mut QueueRestore,
+) -> Result<()> {
+    let mut url = url.clone();
+    url.vhost = entry.target_vhost.clone();
+    let mut options = ConnectOptions::new(url);
+    options.connection_name = format!(
+        "rmq-backup restore {}/{}",
+        entry.target_vhost, entry.target_queue
+    );
+    let conn = Connection::open(&options)?;
+    let channel = conn.open_channel()?;
+    if opts.publish_mode == PublishMode::DirectToQueue {
+        // A missing queue fails here, with the broker's NOT_FOUND, before anything is published.
+        channel.queue_declare_passive(&entry.target_queue)?;
+    }
+    if opts.publisher_confirms {
+        channel.confirm_select()?;
+    }
+    let window = (opts.produce_batch_size as u64).max(1) * BATCHES_IN_FLIGHT;
+    let started = Instant::now();
+    log::info!(
+        "queue {} in vhost {}: restoring {} messages to {} in vhost {}",
+        entry.source_queue,
+        entry.source_vhost,
+        entry.in_backup,
+        entry.target_queue,
+        entry.target_vhost
+    );
+    for segment in backup
+        .segments
+        .iter()
+        .filter(|s| segment_in_window(s, opts))
+    {
+        let path = spool.join(format!("restore-{}-{}.rbak", std::process::id(), unique()));
+        let result = publish_segment(
+            &channel, opts, storage, segment, &path, limiter, window, entry,
+        );
+        let _ = std::fs::remove_file(&path);
+        result?;
+    }
+    if opts.publisher_confirms {
+        settle(&channel, 0, entry)?;
+    }
+    channel.close()?;
+    conn.close()?;
+    log::info!(
+        "queue {} in vhost {}: {} published, {} confirmed, {} failed, {} outside the time window, {:.1} s",
+        entry.target_queue,
+        entry.target_vhost,
+        entry.published,
+        entry.confirmed,
+        entry.failed,
+        entry.outside_window,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn publish_segment(
+    channel: &Channel,
+    opts: &RestoreOptions,
+    storage: &dyn Storage,
+    segment: &SegmentMetadata,
+    path: &PathBuf,
+    limiter: &RateLimiter,
+    window: u64,
+    entry: &mut QueueRestore,
+) -> Result<()> {
+    storage.get_to_file(&segment.key, path)?;
+    let reader = SegmentReader::open(path)
+        .map_err(|e| Error::Serialization(format!("{} (segment {})", e.message(), segment.key)))?;
+    log::debug!(
+        "segment {}: {} records",
+        segment.key,
+        reader.header().record_count
+    );
+    for json in reader.records() {
+        let record = decode_record(&json?)?;
+        if !in_window(record.backed_up_at, opts) {
+            entry.outside_window += 1;
+            continue;
+        }
+        let (exchange, routing_key) = match opts.publish_mode {
+            PublishMode::DirectToQueue => ("", entry.target_queue.as_str()),
+            PublishMode::Exchange if record.exchange.is_empty() => {
+                // The default exchange routes by queue name: follow the queue mapping.
+                let rk = opts
+                    .queue_mapping
+                    .get(&record.routing_key)
+                    .map_or(record.routing_key.as_str(), String::as_str);
+                ("", rk)
+            }
+            PublishMode::Exchange => (
+                opts.exchange_mapping
+                    .get(&record.exchange)
+                    .map_or(record.exchange.as_str(), String::as_str),
+                record.routing_key.as_str(),
+            ),
+        };
+        limiter.acquire();
+        let properties = record.to_amqp();
+        let body = record.body();
+        channel.basic_publish(exchange, routing_key, true, &properties, body)?;
+        entry.published += 1;
+        if opts.publisher_confirms && channel.outstanding_confirms() >= window {
+            settle(channel, window / 2, entry)?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until at most `max_outstanding` publishes are unconfirmed and counts the outcome.
+fn settle(channel: &Channel, max_outstanding: u64, entry: &mut QueueRestore) -> Result<()> {
+    let before = channel.outstanding_confirms();
+    let status = channel.wait_for_confirms(max_outstanding, CONFIRM_TIMEOUT)?;
+    let settled = before - channel.outstanding_confirms();
+    let nacked = status.nacked.len() as u64;
+    for r in &status.returned {
+        log::error!(
+            "message returned by the target: {} {} (exchange '{}', routing key '{}')",
+            r.reply_code,
+            r.reply_text,
+            r.exchange,
+            r.routing_key
+        );
+    }
+    if nacked > 0 {
+        log::error!(
+            "{nacked} message(s) nacked by the target broker for queue {}",
+            entry.target_queue
+        );
+    }
+    let returned = status.returned.len() as u64;
+    entry.failed += nacked + returned;
+    entry.confirmed += settled.saturating_sub(nacked + returned);
+    Ok(())
+}
+
+/// Spaces publishes to at most `rate` per second over all queues (0 = unlimited).
+struct RateLimiter {
+    rate: u64,
+    started: Instant,
+    issued: AtomicU64,
+}
+
+impl RateLimiter {
+    fn new(rate: u64) -> Self {
+        RateLimiter {
+            rate,
+            started: Instant::now(),
+            issued: AtomicU64::new(0),
+        }
+    }
+
+    fn acquire(&self) {
+        if self.rate == 0 {
+            return;
+        }
+        let n = self.issued.fetch_add(1, Ordering::Relaxed);
+        let due = Duration::from_nanos(n.saturating_mul(1_000_000_000) / self.rate);
+        let now = self.started.elapsed();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limiter_spaces_publishes() {
+        let l = RateLimiter::new(200);
+        let t = Instant::now();
+        for _ in 0..41 {
+            l.acquire();
+        }
+        // 41 permits at 200/s: the last is due 200 ms after the first.
+        assert!(t.elapsed() >= Duration::from_millis(195));
+        let unlimited = RateLimiter::new(0);
+        unlimited.acquire();
+        assert_eq!(
+            unlimited.issued.load(Ordering::Relaxed),
+            0,
+            "0 means no limiter at all"
+        );
+    }
+
+    #[test]
+    fn window_filters() {
+        let opts = RestoreOptions {
+            time_window_start: Some(100),
+            time_window_end: Some(200),
+            ..Default::default()
+        };
+        assert!(!in_window(99, &opts));
+        assert!(in_window(100, &opts));
+        assert!(in_window(200, &opts));
+        assert!(!in_window(201, &opts));
+        let seg = |first, last| SegmentMetadata {
+            key: "k".into(),
+            sequence: 1,
+            record_count: 1,
+            size_bytes: 1,
+            uncompressed_bytes: 1,
+            first_timestamp: Some(first),
+            last_timestamp: Some(last),
+            checksum: String::new(),
+        };
+        assert!(!segment_in_window(&seg(10, 99), &opts));
+        assert!(segment_in_window(&seg(10, 100), &opts));
+        assert!(segment_in_window(&seg(150, 160), &opts));
+        assert!(segment_in_window(&seg(200, 300), &opts));
+        assert!(!segment_in_window(&seg(201, 300), &opts));
+    }
+}

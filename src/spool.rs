@@ -1,0 +1,65 @@
+//! Local spool files: segments being compressed before upload, and segments fetched for a
+//! restore. They live in a private directory under `$RMQ_BACKUP_SPOOL_DIR` (default: the
+//! system temp dir) that is removed when the job ends, so nothing half-written is ever taken
+//! for good data: storage only receives finished files.
+
+use crate::error::{Error, Result};
+use crate::now_ms;
+use std::path::{Path, PathBuf};
+
+/// Keeps a file name component to `[A-Za-z0-9._-]` (spool file names only; storage keys are
+/// escaped by `manifest::segment_key`).
+pub fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    if s.is_empty() {
+        "_".into()
+    } else {
+        s
+    }
+}
+
+/// A private local directory for segments being compressed; removed on drop.
+pub struct SpoolDir(PathBuf);
+
+impl SpoolDir {
+    /// Creates a fresh spool directory for `job` (a backup id); removed on drop.
+    pub fn create(job: &str) -> Result<SpoolDir> {
+        let base = std::env::var_os("RMQ_BACKUP_SPOOL_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!(
+            "rmq-backup-{}-{}-{}",
+            sanitize(job),
+            std::process::id(),
+            now_ms()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            Error::Io(format!(
+                "Cannot create spool directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        Ok(SpoolDir(dir))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for SpoolDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,155 @@
+//! Bad input gets a clear error with its SPEC.md prefix and the right exit code, never a panic,
+//! and never shows a password.
+
+mod common;
+
+use common::*;
+
+fn run_yaml(dir: &TempDir, cmd: &str, yaml: &str) -> (Option<i32>, String, String) {
+    let p = write_config(dir.path(), &format!("{}.yaml", rmq_backup::now_ms()), yaml);
+    let out = run_cli(&[cmd, "--config", &p]);
+    let (o, e) = text(&out);
+    (out.status.code(), o, e)
+}
+
+#[test]
+fn usage_and_configuration_errors_exit_2() {
+    let dir = TempDir::new("cli");
+    let out = run_cli(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run_cli(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let (help, _) = text(&out);
+    for cmd in ["backup", "restore", "list", "describe", "validate"] {
+        assert!(help.contains(cmd), "{help}");
+    }
+    assert_eq!(run_cli(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(
+        run_cli(&["backup", "--config", "/nonexistent/x.yaml"])
+            .status
+            .code(),
+        Some(2)
+    );
+
+    let (code, _, err) = run_yaml(
+        &dir,
+        "backup",
+        "mode: backup\nbackup_id: x\nstorage:\n  backend: memory\n",
+    );
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        err.trim(),
+        "Configuration error: Source configuration required for backup"
+    );
+
+    let (code, _, err) = run_yaml(
+        &dir,
+        "backup",
+        "mode: Backup\nbackup_id: x\nstorage:\n  backend: memory\n",
+    );
+    assert_eq!(code, Some(2), "bad YAML is bad configuration: {err}");
+    assert!(
+        err.starts_with("Serialization error:") && err.contains("line"),
+        "{err}"
+    );
+
+    let (code, _, err) = run_yaml(&dir, "restore", "mode: backup\nbackup_id: x\nstorage:\n  backend: memory\nsource:\n  amqp_url: amqp://a\n  management_url: http://a\n  management_username: u\n  management_password: p\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.starts_with("Configuration error:"), "{err}");
+
+    let (code, _, err) = run_yaml(
+        &dir,
+        "backup",
+        "mode: backup\nbackup_id: x\nsource:\n  amqp_url: amqp://a\n  management_url: http://a\n  management_username: u\n  management_password: p\nstorage:\n  backend: s3\n  bucket: b\n",
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("s3") && err.contains("not supported yet"),
+        "{err}"
+    );
+
+    assert_eq!(
+        text(&run_cli(&["list", "--path", "ftp://x"])).1.trim(),
+        "Configuration error: Unknown storage scheme: ftp"
+    );
+    let out = run_cli(&["list", "--path", "not a url"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out)
+        .1
+        .starts_with("Configuration error: Invalid storage URL: "));
+}
+
+#[test]
+fn broker_errors_name_the_cause_and_hide_the_password() {
+    let dir = TempDir::new("cli-broker");
+    let store = dir.path().join("store");
+    let secret = "Sup3rS3cretPw";
+    // Unreachable broker (nothing listens on port 1).
+    let yaml = format!(
+        "mode: restore\nbackup_id: x\ntarget:\n  amqp_url: amqp://guest:{secret}@127.0.0.1:1/%2f\nstorage:\n  backend: filesystem\n  path: {}\nrestore:\n  restore_definitions: false\n",
+        store.display()
+    );
+    // Restore needs a backup: make one that has a queue.
+    let vh = TestVhost::new("clierr");
+    let ch = vh.connect().open_channel().unwrap();
+    declare(&ch, "q", "classic", Default::default());
+    publish(&ch, "q", &diverse_messages(3, 1, false));
+    let b = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("x", &vh.name, &store, ""),
+    );
+    assert_eq!(run_cli(&["backup", "--config", &b]).status.code(), Some(0));
+    // A second backup with the same id is refused: a complete backup is never overwritten.
+    let out = run_cli(&["backup", "--config", &b]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("already exists"), "{:?}", text(&out));
+
+    let (code, out, err) = run_yaml(&dir, "restore", &yaml);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("Connection error: Failed to connect to amqp://guest:****@127.0.0.1:1/%2f"),
+        "{err}"
+    );
+    assert!(!err.contains(secret) && !out.contains(secret));
+
+    // Wrong password.
+    let yaml = yaml.replace("127.0.0.1:1/", "127.0.0.1:5672/");
+    let (code, out, err) = run_yaml(&dir, "restore", &yaml);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("Authentication error: AMQP authentication failed for user guest"),
+        "{err}"
+    );
+    assert!(!err.contains(secret) && !out.contains(secret));
+
+    // Wrong management password on backup.
+    let bad = std::fs::read_to_string(&b).unwrap().replace(
+        "management_password: guest",
+        &format!("management_password: {secret}"),
+    );
+    let (code, out, err) = run_yaml(
+        &dir,
+        "backup",
+        &bad.replace("backup_id: \"x\"", "backup_id: y"),
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("Management API error: HTTP 401 for GET /api/"),
+        "{err}"
+    );
+    assert!(!err.contains(secret) && !out.contains(secret));
+
+    // Missing backup on restore.
+    let yaml = format!(
+        "mode: restore\nbackup_id: missing\ntarget:\n  amqp_url: {}\nstorage:\n  backend: filesystem\n  path: {}\nrestore:\n  restore_definitions: false\n",
+        amqp_url("/"),
+        store.display()
+    );
+    let (code, _, err) = run_yaml(&dir, "restore", &yaml);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err.trim(),
+        "Storage error: Key not found: missing/manifest.json"
+    );
+}

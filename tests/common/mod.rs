@@ -1,0 +1,446 @@
+//! Shared set-up of the integration tests: a vhost of their own on the real local broker
+//! (deleted on drop), a diverse message set, publishing, non-destructive reading, comparison,
+//! and running the real binary.
+//!
+//! The broker is the one `scripts/setup-rabbitmq.sh` starts: AMQP 127.0.0.1:5672 and the
+//! management API on 127.0.0.1:15672, guest/guest (override with RMQ_TEST_AMQP_URL,
+//! RMQ_TEST_MANAGEMENT_URL).
+#![allow(dead_code)]
+
+use rmq_backup::amqp::{
+    AmqpUrl, BasicProperties, Channel, ConnectOptions, Connection, Delivery, FieldTable, FieldValue,
+};
+use rmq_backup::management::ManagementClient;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+pub fn amqp_base() -> String {
+    std::env::var("RMQ_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672".into())
+}
+
+pub fn management_url() -> String {
+    std::env::var("RMQ_TEST_MANAGEMENT_URL").unwrap_or_else(|_| "http://127.0.0.1:15672".into())
+}
+
+pub fn management() -> ManagementClient {
+    ManagementClient::new(&management_url(), "guest", "guest").expect("management client")
+}
+
+/// The percent-encoded AMQP URL of a vhost.
+pub fn amqp_url(vhost: &str) -> String {
+    let enc: String = vhost
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    format!("{}/{enc}", amqp_base())
+}
+
+/// A vhost of the test's own, created fresh and deleted on drop.
+pub struct TestVhost {
+    pub name: String,
+}
+
+impl TestVhost {
+    pub fn new(prefix: &str) -> TestVhost {
+        let name = format!(
+            "rmqb-test-{prefix}-{}-{}",
+            std::process::id(),
+            rmq_backup::now_ms()
+        );
+        let m = management();
+        let _ = m.delete_vhost(&name);
+        m.create_vhost(&name).expect("create vhost");
+        m.set_permissions(&name, "guest").expect("permissions");
+        TestVhost { name }
+    }
+
+    /// A name for another vhost that this one deletes on drop too (restore targets).
+    pub fn sibling(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.name)
+    }
+
+    pub fn connect(&self) -> Connection {
+        connect(&self.name)
+    }
+}
+
+impl Drop for TestVhost {
+    fn drop(&mut self) {
+        let m = management();
+        let _ = m.delete_vhost(&self.name);
+        for suffix in ["target", "target2", "mapped"] {
+            let _ = m.delete_vhost(&self.sibling(suffix));
+        }
+    }
+}
+
+pub fn connect(vhost: &str) -> Connection {
+    let url = AmqpUrl::parse(&amqp_url(vhost)).expect("url");
+    Connection::open(&ConnectOptions::new(url)).expect("connect")
+}
+
+pub fn declare(ch: &Channel, name: &str, kind: &str, extra: FieldTable) {
+    let mut args = extra;
+    if kind != "classic" {
+        args.push((
+            "x-queue-type".into(),
+            FieldValue::LongString(kind.as_bytes().to_vec()),
+        ));
+    }
+    ch.queue_declare(name, true, false, false, &args)
+        .expect("declare queue");
+}
+
+/// One message to publish: properties and body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Msg {
+    pub props: BasicProperties,
+    pub body: Vec<u8>,
+}
+
+/// A small deterministic PRNG (xorshift64*), so failures reproduce.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// A header table with every AMQP field type, nested tables and arrays, and a long string that
+/// is not valid UTF-8.
+pub fn every_header_type(i: u64) -> FieldTable {
+    vec![
+        ("bool".into(), FieldValue::Bool(i % 2 == 0)),
+        ("i8".into(), FieldValue::I8(-5)),
+        ("u8".into(), FieldValue::U8(250)),
+        ("i16".into(), FieldValue::I16(-30_000)),
+        ("u16".into(), FieldValue::U16(60_000)),
+        ("i32".into(), FieldValue::I32(-2_000_000_000)),
+        ("u32".into(), FieldValue::U32(4_000_000_000)),
+        ("i64".into(), FieldValue::I64(-9_000_000_000_000 - i as i64)),
+        ("f32".into(), FieldValue::F32(1.5)),
+        ("f64".into(), FieldValue::F64(-2.25e-10)),
+        (
+            "decimal".into(),
+            FieldValue::Decimal {
+                scale: 2,
+                value: 12_345,
+            },
+        ),
+        (
+            "text".into(),
+            FieldValue::LongString(format!("héllo wörld ✓ {i}").into_bytes()),
+        ),
+        (
+            "not-utf8".into(),
+            FieldValue::LongString(vec![0xff, 0xfe, 0x00, b'a', 0xc3]),
+        ),
+        ("timestamp".into(), FieldValue::Timestamp(1_700_000_000 + i)),
+        ("void".into(), FieldValue::Void),
+        ("bytes".into(), FieldValue::Bytes(vec![0, 1, 2, 255])),
+        (
+            "array".into(),
+            FieldValue::Array(vec![
+                FieldValue::I32(1),
+                FieldValue::LongString(b"two".to_vec()),
+                FieldValue::Array(vec![FieldValue::Bool(false)]),
+                FieldValue::Table(vec![("k".into(), FieldValue::I64(3))]),
+            ]),
+        ),
+        (
+            "table".into(),
+            FieldValue::Table(vec![
+                ("inner".into(), FieldValue::LongString(b"v".to_vec())),
+                (
+                    "deeper".into(),
+                    FieldValue::Table(vec![("x".into(), FieldValue::U8(1))]),
+                ),
+            ]),
+        ),
+    ]
+}
+
+/// `n` diverse messages: every property set or none, every header type, empty, tiny, 1 KiB,
+/// unicode and (once, when `with_big`) 1 MiB bodies.
+pub fn diverse_messages(n: usize, seed: u64, with_big: bool) -> Vec<Msg> {
+    let mut rng = Rng::new(seed);
+    (0..n as u64)
+        .map(|i| {
+            let body = match i % 6 {
+                0 => Vec::new(),
+                1 => vec![i as u8],
+                2 => rng.bytes(1024),
+                3 => format!("unicode body ✓ {i} — ünïcødé").into_bytes(),
+                4 if with_big && i == 4 => rng.bytes(1 << 20),
+                _ => {
+                    let n = (rng.next() % 4096) as usize;
+                    rng.bytes(n)
+                }
+            };
+            let props = match i % 3 {
+                0 => BasicProperties::default(),
+                1 => BasicProperties {
+                    content_type: Some("application/octet-stream".into()),
+                    content_encoding: Some("identity".into()),
+                    headers: Some(every_header_type(i)),
+                    delivery_mode: Some(2),
+                    priority: Some((i % 10) as u8),
+                    correlation_id: Some(format!("corr-{i}")),
+                    reply_to: Some("replies".into()),
+                    expiration: Some("86400000".into()),
+                    message_id: Some(format!("msg-{i}")),
+                    timestamp: Some(1_700_000_000 + i),
+                    kind: Some("test.type".into()),
+                    user_id: Some("guest".into()),
+                    app_id: Some("rmq-backup-tests".into()),
+                    cluster_id: Some("cluster-x".into()),
+                },
+                _ => BasicProperties {
+                    headers: Some(vec![("seq".into(), FieldValue::I64(i as i64))]),
+                    delivery_mode: Some(1),
+                    message_id: Some(format!("msg-{i}")),
+                    ..Default::default()
+                },
+            };
+            Msg { props, body }
+        })
+        .collect()
+}
+
+/// Publishes `msgs` to `queue` through the default exchange, with confirms.
+pub fn publish(ch: &Channel, queue: &str, msgs: &[Msg]) {
+    publish_via(ch, "", queue, msgs);
+}
+
+pub fn publish_via(ch: &Channel, exchange: &str, routing_key: &str, msgs: &[Msg]) {
+    ch.confirm_select().expect("confirm.select");
+    for m in msgs {
+        ch.basic_publish(exchange, routing_key, true, &m.props, &m.body)
+            .expect("publish");
+        if ch.outstanding_confirms() >= 1000 {
+            let s = ch
+                .wait_for_confirms(500, Duration::from_secs(60))
+                .expect("confirms");
+            assert!(
+                s.nacked.is_empty() && s.returned.is_empty(),
+                "seed publish failed: {s:?}"
+            );
+        }
+    }
+    let s = ch
+        .wait_for_confirms(0, Duration::from_secs(60))
+        .expect("confirms");
+    assert!(
+        s.nacked.is_empty() && s.returned.is_empty(),
+        "seed publish failed: {s:?}"
+    );
+}
+
+/// Publishes `n` messages of `size` random bytes, fast (for deep queues).
+pub fn publish_bulk(ch: &Channel, queue: &str, n: usize, size: usize) {
+    ch.confirm_select().expect("confirm.select");
+    let mut rng = Rng::new(n as u64);
+    for i in 0..n {
+        let mut body = rng.bytes(size);
+        body[..8.min(size)].copy_from_slice(&(i as u64).to_be_bytes()[..8.min(size)]);
+        let props = BasicProperties {
+            headers: Some(vec![("seq".into(), FieldValue::I64(i as i64))]),
+            ..Default::default()
+        };
+        ch.basic_publish("", queue, true, &props, &body)
+            .expect("publish");
+        if ch.outstanding_confirms() >= 2000 {
+            ch.wait_for_confirms(1000, Duration::from_secs(60))
+                .expect("confirms");
+        }
+    }
+    ch.wait_for_confirms(0, Duration::from_secs(120))
+        .expect("confirms");
+}
+
+/// Reads the first `n` messages of `queue` without removing any (consume windows without ack,
+/// then close), in order.
+pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
+    let mut out = Vec::with_capacity(n);
+    let mut channels = Vec::new();
+    while out.len() < n {
+        let window = (n - out.len()).min(65_535);
+        let ch = conn.open_channel().expect("channel");
+        ch.basic_qos(window as u16, false).expect("qos");
+        let consumer = ch
+            .basic_consume(
+                queue,
+                &format!("peek-{}", channels.len()),
+                false,
+                false,
+                &FieldTable::new(),
+            )
+            .expect("consume");
+        for _ in 0..window {
+            let d = consumer
+                .recv_timeout(Duration::from_secs(60))
+                .expect("delivery")
+                .unwrap_or_else(|| {
+                    panic!("queue {queue}: only {} of {n} messages arrived", out.len())
+                });
+            out.push(d);
+        }
+        channels.push((ch, consumer));
+    }
+    for (ch, consumer) in channels {
+        let _ = ch.basic_cancel(consumer.tag());
+        let _ = ch.close();
+    }
+    out
+}
+
+/// Ready messages in `queue` (passive declare).
+pub fn depth(conn: &Connection, queue: &str) -> u32 {
+    let ch = conn.open_channel().expect("channel");
+    let n = ch
+        .queue_declare_passive(queue)
+        .expect("passive declare")
+        .message_count;
+    let _ = ch.close();
+    n
+}
+
+/// Headers sorted by key, without the broker's own `x-delivery-count` (quorum queues add it on
+/// redelivery) — header tables are maps; the broker may reorder keys (ENVIRONMENT.md).
+pub fn comparable(props: &BasicProperties) -> BasicProperties {
+    let mut p = props.clone();
+    if let Some(h) = p.headers.as_mut() {
+        h.retain(|(k, _)| k != "x-delivery-count");
+        h.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    p
+}
+
+/// Asserts that `got` holds exactly `expected`, in order: body, every property, every header
+/// with its type.
+pub fn assert_same(expected: &[Msg], got: &[Delivery], what: &str) {
+    assert_eq!(got.len(), expected.len(), "{what}: message count");
+    for (i, (e, g)) in expected.iter().zip(got).enumerate() {
+        assert_eq!(g.body, e.body, "{what}: body of message {i}");
+        assert_eq!(
+            comparable(&g.properties),
+            comparable(&e.props),
+            "{what}: properties of message {i}"
+        );
+    }
+}
+
+/// A fresh temp directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "rmqb-{prefix}-{}-{}",
+            std::process::id(),
+            rmq_backup::now_ms()
+        ));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+    pub fn url(&self) -> String {
+        format!("file://{}", self.0.display())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the real `rmq-backup` binary.
+pub fn run_cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run rmq-backup")
+}
+
+pub fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Writes `yaml` to `dir/name` and returns the path as a string.
+pub fn write_config(dir: &Path, name: &str, yaml: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, yaml).expect("write config");
+    p.display().to_string()
+}
+
+/// A backup config for the test broker, reading only `vhost`, writing to `dir`.
+pub fn backup_yaml(backup_id: &str, vhost: &str, dir: &Path, extra_backup: &str) -> String {
+    format!(
+        r#"mode: backup
+backup_id: "{backup_id}"
+source:
+  amqp_url: "{amqp}"
+  management_url: "{mgmt}"
+  management_username: guest
+  management_password: guest
+  queues:
+    vhosts: ["{vhost}"]
+storage:
+  backend: filesystem
+  path: "{dir}"
+backup:
+  include_definitions: true
+{extra_backup}
+"#,
+        amqp = amqp_url(vhost),
+        mgmt = management_url(),
+        dir = dir.display(),
+    )
+}
+
+/// A restore config for the test broker.
+pub fn restore_yaml(backup_id: &str, dir: &Path, restore: &str) -> String {
+    format!(
+        r#"mode: restore
+backup_id: "{backup_id}"
+target:
+  amqp_url: "{amqp}"
+  management_url: "{mgmt}"
+  management_username: guest
+  management_password: guest
+storage:
+  backend: filesystem
+  path: "{dir}"
+restore:
+{restore}
+"#,
+        amqp = amqp_url("/"),
+        mgmt = management_url(),
+        dir = dir.display(),
+    )
+}

@@ -1,0 +1,73 @@
+//! A quorum queue deeper than one consumer's 65,535-message window backs up whole and in order,
+//! and the broker keeps it whole and in order (DESIGN.md decision 7).
+
+mod common;
+
+use common::*;
+use rmq_backup::amqp::{FieldTable, FieldValue};
+
+const DEPTH: usize = 70_000;
+
+fn seq(d: &rmq_backup::amqp::Delivery) -> i64 {
+    match d
+        .properties
+        .headers
+        .as_ref()
+        .and_then(|h| h.iter().find(|(k, _)| k == "seq"))
+    {
+        Some((_, FieldValue::I64(n))) => *n,
+        other => panic!("no seq header: {other:?}"),
+    }
+}
+
+#[test]
+fn quorum_queue_of_70000_backs_up_whole_and_in_order() {
+    let vh = TestVhost::new("deepquorum");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "deep", "quorum", FieldTable::new());
+    publish_bulk(&ch, "deep", DEPTH, 200);
+    assert_eq!(depth(&conn, "deep") as usize, DEPTH);
+
+    let dir = TempDir::new("deepquorum");
+    let store = dir.path().join("store");
+    let id = "deep-quorum";
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml(id, &vh.name, &store, "  segment_max_bytes: 4000000\n"),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert_eq!(depth(&conn, "deep") as usize, DEPTH, "depth after backup");
+    let source: Vec<i64> = peek(&conn, "deep", DEPTH).iter().map(seq).collect();
+    assert!(
+        source.iter().copied().eq(0..DEPTH as i64),
+        "source order changed by the backup"
+    );
+
+    let target = vh.sibling("target");
+    management().create_vhost(&target).unwrap();
+    management().set_permissions(&target, "guest").unwrap();
+    let rcfg = write_config(
+        dir.path(),
+        "r.yaml",
+        &restore_yaml(
+            id,
+            &store,
+            &format!(
+                "  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{}\": \"{target}\"\n  produce_batch_size: 500\n",
+                vh.name
+            ),
+        ),
+    );
+    let out = run_cli(&["restore", "--config", &rcfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let tconn = connect(&target);
+    assert_eq!(depth(&tconn, "deep") as usize, DEPTH);
+    let restored: Vec<i64> = peek(&tconn, "deep", DEPTH).iter().map(seq).collect();
+    assert!(
+        restored.iter().copied().eq(0..DEPTH as i64),
+        "restored order differs"
+    );
+}
