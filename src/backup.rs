@@ -335,6 +335,7 @@ fn backup_queue(
         let read = reader::read_queue(
             &conn,
             &q.name,
+            kind,
             ctx.opts.requeue_strategy,
             &mut sink,
             &should_stop,

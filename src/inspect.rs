@@ -386,17 +386,16 @@ fn check_segment_deep(
                 s.checksum
             )));
         }
-        let header_count = reader.header().record_count;
-        if header_count != s.record_count {
-            return Err(Error::Serialization(format!(
-                "Expected {} records but found {header_count}",
-                s.record_count
-            )));
-        }
         let mut n = 0u64;
         for json in reader.records() {
             decode_record(&json?)?;
             n += 1;
+        }
+        if n != s.record_count {
+            return Err(Error::Serialization(format!(
+                "Expected {} records but found {n} (the manifest's count)",
+                s.record_count
+            )));
         }
         Ok(n)
     })();

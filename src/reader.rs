@@ -21,6 +21,7 @@
 //! its full window: that keeps the delivery order (ENVIRONMENT.md, broker behaviours).
 
 use crate::amqp::{Channel, Connection, Consumer, Delivery, FieldTable};
+use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
 use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
@@ -56,6 +57,7 @@ pub struct ReadOutcome {
 pub fn read_queue(
     conn: &Connection,
     queue: &str,
+    queue_type: QueueType,
     strategy: RequeueStrategy,
     sink: &mut dyn FnMut(Delivery) -> Result<()>,
     should_stop: &dyn Fn() -> Option<String>,
@@ -76,6 +78,7 @@ pub fn read_queue(
             conn,
             &control,
             queue,
+            queue_type,
             depth,
             strategy,
             sink,
@@ -84,7 +87,9 @@ pub fn read_queue(
         ),
         RequeueStrategy::Nack | RequeueStrategy::Get => read_by_get(
             conn,
+            &control,
             queue,
+            queue_type,
             depth,
             strategy,
             sink,
@@ -114,6 +119,7 @@ fn read_by_consume(
     conn: &Connection,
     control: &Channel,
     queue: &str,
+    queue_type: QueueType,
     depth: u64,
     strategy: RequeueStrategy,
     sink: &mut dyn FnMut(Delivery) -> Result<()>,
@@ -168,9 +174,14 @@ fn read_by_consume(
         let r = (|| -> Result<()> {
             window.channel.basic_cancel(window.consumer.tag())?;
             if strategy == RequeueStrategy::Reject {
-                for tag in &window.tags {
-                    window.channel.basic_reject(*tag, true)?;
-                }
+                give_back_in_order(
+                    &window.channel,
+                    control,
+                    queue,
+                    queue_type,
+                    &window.tags,
+                    GiveBack::RejectEach,
+                )?;
             }
             window.channel.close()
         })();
@@ -218,9 +229,12 @@ fn queue_drained(
     Ok(false)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn read_by_get(
     conn: &Connection,
+    control: &Channel,
     queue: &str,
+    queue_type: QueueType,
     depth: u64,
     strategy: RequeueStrategy,
     sink: &mut dyn FnMut(Delivery) -> Result<()>,
@@ -252,20 +266,88 @@ fn read_by_get(
         Ok(())
     })();
     let give_back = (|| -> Result<()> {
-        match strategy {
-            RequeueStrategy::Get => {
-                if let Some(last) = tags.last() {
-                    channel.basic_nack(*last, true, true)?;
-                }
-            }
-            _ => {
-                for tag in &tags {
-                    channel.basic_nack(*tag, false, true)?;
-                }
-            }
-        }
+        let how = match strategy {
+            RequeueStrategy::Get => GiveBack::NackMultiple,
+            _ => GiveBack::NackEach,
+        };
+        give_back_in_order(&channel, control, queue, queue_type, &tags, how)?;
         channel.close()
     })();
     read?;
     give_back
+}
+
+/// How held deliveries are handed back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GiveBack {
+    /// `basic.nack(tag, multiple=false, requeue=true)` per delivery.
+    NackEach,
+    /// `basic.reject(tag, requeue=true)` per delivery.
+    RejectEach,
+    /// `basic.nack(last tag, multiple=true, requeue=true)`.
+    NackMultiple,
+}
+
+/// Returns settled together by a quorum queue keep their order only up to this many: the
+/// broker (3.10) coalesces requeues that arrive together and applies a larger batch in hash
+/// order (measured: 150 individual nacks sent back to back came back shuffled; chunks of 30,
+/// each applied before the next was sent, kept the order).
+const QUORUM_RETURN_CHUNK: usize = 30;
+
+/// How long one chunk of returns may take to show up as ready messages again.
+const RETURN_WAIT: Duration = Duration::from_secs(30);
+
+/// Hands `tags` (in delivery order) back to the broker so that the queue keeps its order.
+///
+/// Classic queues put a requeued message back at its original position, so everything goes at
+/// once. Quorum queues append returns in the order they are applied, so the returns go in
+/// chunks of [`QUORUM_RETURN_CHUNK`], each chunk seen back in the queue's ready count (passive
+/// declare on `control`) before the next is sent.
+fn give_back_in_order(
+    channel: &Channel,
+    control: &Channel,
+    queue: &str,
+    queue_type: QueueType,
+    tags: &[u64],
+    how: GiveBack,
+) -> Result<()> {
+    let send = |chunk: &[u64]| -> Result<()> {
+        match how {
+            GiveBack::NackEach => chunk
+                .iter()
+                .try_for_each(|t| channel.basic_nack(*t, false, true)),
+            GiveBack::RejectEach => chunk
+                .iter()
+                .try_for_each(|t| channel.basic_reject(*t, true)),
+            GiveBack::NackMultiple => match chunk.last() {
+                Some(last) => channel.basic_nack(*last, true, true),
+                None => Ok(()),
+            },
+        }
+    };
+    if queue_type != QueueType::Quorum {
+        return send(tags);
+    }
+    let ready_before = u64::from(control.queue_declare_passive(queue)?.message_count);
+    let mut returned = 0u64;
+    for chunk in tags.chunks(QUORUM_RETURN_CHUNK) {
+        send(chunk)?;
+        returned += chunk.len() as u64;
+        let started = Instant::now();
+        loop {
+            let ready = u64::from(control.queue_declare_passive(queue)?.message_count);
+            if ready >= ready_before + returned {
+                break;
+            }
+            if started.elapsed() > RETURN_WAIT {
+                log::warn!(
+                    "queue {queue}: returned messages did not show up as ready within {} s (another consumer may be taking them); its order may change",
+                    RETURN_WAIT.as_secs()
+                );
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    Ok(())
 }

@@ -437,12 +437,10 @@ fn publish_segment(
     Ok(())
 }
 
-/// Waits until at most `max_outstanding` publishes are unconfirmed and counts the outcome.
+/// Waits until at most `max_outstanding` publishes are unconfirmed and counts the outcome:
+/// nacks and returns are failures, every other settled publish is confirmed.
 fn settle(channel: &Channel, max_outstanding: u64, entry: &mut QueueRestore) -> Result<()> {
-    let before = channel.outstanding_confirms();
     let status = channel.wait_for_confirms(max_outstanding, CONFIRM_TIMEOUT)?;
-    let settled = before - channel.outstanding_confirms();
-    let nacked = status.nacked.len() as u64;
     for r in &status.returned {
         log::error!(
             "message returned by the target: {} {} (exchange '{}', routing key '{}')",
@@ -452,15 +450,16 @@ fn settle(channel: &Channel, max_outstanding: u64, entry: &mut QueueRestore) -> 
             r.routing_key
         );
     }
+    let nacked = status.nacked.len() as u64;
     if nacked > 0 {
         log::error!(
             "{nacked} message(s) nacked by the target broker for queue {}",
             entry.target_queue
         );
     }
-    let returned = status.returned.len() as u64;
-    entry.failed += nacked + returned;
-    entry.confirmed += settled.saturating_sub(nacked + returned);
+    entry.failed += nacked + status.returned.len() as u64;
+    let settled = entry.published - channel.outstanding_confirms();
+    entry.confirmed = settled.saturating_sub(entry.failed);
     Ok(())
 }
 

@@ -93,19 +93,25 @@ fn list_describe_validate_and_every_damage() {
         }
     };
 
+    let manifest_path = store.join(&id).join("manifest.json");
+    let manifest_bytes = std::fs::read(&manifest_path).unwrap();
     type Damage = fn(&mut Vec<u8>);
-    let cases: Vec<(&str, Damage, &str)> = vec![
+    // (case, damage, whether the manifest's SHA-256 is rewritten to match so that the damage
+    // behind it shows, expected message)
+    let cases: Vec<(&str, Damage, bool, &str)> = vec![
         (
             "bad magic",
             |b| b[..4].copy_from_slice(b"XXXX"),
+            false,
             "Serialization error: Invalid segment magic bytes",
         ),
         (
             "crc",
             |b| {
                 let i = b.len() / 2;
-                b[i] ^= 0x55;
+                b[i] ^= 0x55
             },
+            false,
             "Serialization error: CRC32 mismatch: expected ",
         ),
         (
@@ -114,15 +120,8 @@ fn list_describe_validate_and_every_damage() {
                 b[4] = 2;
                 fix_crc(b)
             },
+            false,
             "Serialization error: Unsupported segment version: 2",
-        ),
-        (
-            "count",
-            |b| {
-                b[8] = b[8].wrapping_add(1);
-                fix_crc(b)
-            },
-            "records but found",
         ),
         (
             "sha",
@@ -131,14 +130,39 @@ fn list_describe_validate_and_every_damage() {
                 b[n - 9] ^= 0x01;
                 fix_crc(b)
             },
-            "SHA-256 mismatch",
+            false,
+            "Serialization error: SHA-256 mismatch: expected ",
         ),
-        ("truncated", |b| b.truncate(20), "Serialization error:"),
+        (
+            "count",
+            |b| {
+                b[8] = b[8].wrapping_add(1);
+                fix_crc(b)
+            },
+            true,
+            "Serialization error: Expected ",
+        ),
+        (
+            "truncated",
+            |b| b.truncate(20),
+            false,
+            "Serialization error:",
+        ),
     ];
-    for (name, damage, expected) in cases {
+    for (name, damage, rewrite_sha, expected) in cases {
         let mut bytes = original[1].clone();
         damage(&mut bytes);
         std::fs::write(&segs[1], &bytes).unwrap();
+        if rewrite_sha {
+            let new_sha = rmq_backup::segment::sha256_file(&segs[1]).unwrap();
+            let mut m = Manifest::from_json(&manifest_bytes).unwrap();
+            for s in m.queues.iter_mut().flat_map(|q| q.segments.iter_mut()) {
+                if store.join(&s.key) == segs[1] {
+                    s.checksum = new_sha.clone();
+                }
+            }
+            std::fs::write(&manifest_path, m.to_json_pretty().unwrap()).unwrap();
+        }
         let out = run_cli(&["validate", "--path", &url, "--backup-id", &id, "--deep"]);
         let (stdout, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(3), "{name}: {stdout}{stderr}");
@@ -148,6 +172,7 @@ fn list_describe_validate_and_every_damage() {
         );
         assert!(stdout.contains("DAMAGED"), "{name}: {stdout}");
         restore_all();
+        std::fs::write(&manifest_path, &manifest_bytes).unwrap();
     }
 
     // A missing segment: a shallow validate sees it too.

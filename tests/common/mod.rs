@@ -331,6 +331,9 @@ pub fn comparable(props: &BasicProperties) -> BasicProperties {
         h.retain(|(k, _)| k != "x-delivery-count");
         h.sort_by(|a, b| a.0.cmp(&b.0));
     }
+    if p.headers.as_ref().is_some_and(|h| h.is_empty()) {
+        p.headers = None;
+    }
     p
 }
 
