@@ -10,8 +10,10 @@
 //! and prints messages/s, the ratios, and each rmq-backup run's peak RSS (VmHWM).
 //!
 //! ```text
-//! bench <path to rmq-backup> [messages=100000] [body bytes=1024]
+//! bench <path to rmq-backup> [messages=100000] [body bytes=1024] [random|text]
 //! ```
+//!
+//! Each measurement runs three times, raw and rmq-backup alternating; medians are printed.
 
 use rmq_backup::amqp::{
     AmqpUrl, BasicProperties, ConnectOptions, Connection, FieldTable, FieldValue,
@@ -42,12 +44,42 @@ fn headers(i: usize) -> FieldTable {
         .collect()
 }
 
-fn publish(conn: &Connection, queue: &str, n: usize, size: usize) -> Duration {
+fn publish(conn: &Connection, queue: &str, n: usize, size: usize, text: bool) -> Duration {
     let ch = conn.open_channel().expect("channel");
     ch.confirm_select().expect("confirm");
-    let body: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+    // Random bodies (xorshift: compression works hardest) or JSON-like text (typical payloads).
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut body = vec![0u8; size];
     let started = Instant::now();
     for i in 0..n {
+        if text {
+            let doc = format!(
+                "{{\"order_id\":{i},\"customer\":\"c-{}\",\"status\":\"created\",\"amount\":{}.{:02},\"items\":[",
+                i % 9973,
+                i % 5000,
+                i % 100
+            );
+            body.clear();
+            body.extend_from_slice(doc.as_bytes());
+            while body.len() < size {
+                body.extend_from_slice(
+                    format!(
+                        "{{\"sku\":\"SKU-{}\",\"qty\":{}}},",
+                        body.len() * 7 % 1000,
+                        i % 9
+                    )
+                    .as_bytes(),
+                );
+            }
+            body.truncate(size);
+        } else {
+            for b in body.iter_mut() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = (state >> 24) as u8;
+            }
+        }
         let props = BasicProperties {
             delivery_mode: Some(2),
             message_id: Some(format!("m-{i}")),
@@ -134,6 +166,13 @@ fn rate(n: usize, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64()
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+const ROUNDS: usize = 3;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let bin = args
@@ -142,6 +181,7 @@ fn main() {
         .unwrap_or_else(|| "target/release/rmq-backup".into());
     let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let size: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1024);
+    let text = args.get(4).map(String::as_str) == Some("text");
     let mgmt = ManagementClient::new(MGMT, "guest", "guest").expect("management");
     let (src, dst, raw) = ("rmqb-bench-src", "rmqb-bench-dst", "rmqb-bench-raw");
     for v in [src, dst, raw] {
@@ -151,84 +191,107 @@ fn main() {
     }
     let work = std::env::temp_dir().join(format!("rmqb-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).expect("work dir");
+    let store = work.join("store");
+    let kind = if text { "JSON-like text" } else { "random" };
 
-    println!("seeding {n} x {size} B messages (20 headers) into a classic queue ...");
+    println!("seeding {n} x {size} B {kind} messages (20 headers) into a classic queue ...");
     let sconn = connect(src);
     let ch = sconn.open_channel().expect("channel");
     ch.queue_declare("bench", true, false, false, &FieldTable::new())
         .expect("declare");
     ch.close().expect("close");
-    publish(&sconn, "bench", n, size);
+    publish(&sconn, "bench", n, size, text);
 
-    println!("raw read (own client, no acks, 65,535-message windows) ...");
-    let raw_read_t = raw_read(&sconn, "bench", n);
+    // Raw read and backup alternate, ROUNDS times each, on the same queue.
+    let (mut raw_reads, mut backups, mut backup_rss) = (Vec::new(), Vec::new(), 0);
+    for round in 0..ROUNDS {
+        std::thread::sleep(Duration::from_secs(1));
+        println!(
+            "round {}: raw read (own client, no acks, 65,535-message windows) ...",
+            round + 1
+        );
+        raw_reads.push(rate(n, raw_read(&sconn, "bench", n)));
+        std::thread::sleep(Duration::from_secs(1));
+        let cfg = work.join(format!("backup-{round}.yaml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "mode: backup\nbackup_id: bench-{round}\nsource:\n  amqp_url: \"{AMQP}/{src}\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: zstd\n  compression_level: 3\n  include_definitions: false\n",
+                store.display()
+            ),
+        )
+        .expect("config");
+        println!("round {}: rmq-backup backup ...", round + 1);
+        let (t, rss) = run_tool(&bin, &["backup", "--config", cfg.to_str().unwrap()]);
+        backups.push(rate(n, t));
+        backup_rss = backup_rss.max(rss);
+    }
     drop(sconn);
-    std::thread::sleep(Duration::from_secs(2));
 
-    let backup_cfg = work.join("backup.yaml");
-    std::fs::write(
-        &backup_cfg,
-        format!(
-            "mode: backup\nbackup_id: bench\nsource:\n  amqp_url: \"{AMQP}/{src}\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: zstd\n  compression_level: 3\n  include_definitions: false\n",
-            work.join("store").display()
-        ),
-    )
-    .expect("config");
-    println!("rmq-backup backup ...");
-    let (backup_t, backup_rss) =
-        run_tool(&bin, &["backup", "--config", backup_cfg.to_str().unwrap()]);
-
-    println!("raw publish with confirms (own client, window 1000) ...");
-    let rconn = connect(raw);
-    let ch = rconn.open_channel().expect("channel");
-    ch.queue_declare("bench", true, false, false, &FieldTable::new())
-        .expect("declare");
-    ch.close().expect("close");
-    let raw_pub_t = publish(&rconn, "bench", n, size);
-    drop(rconn);
-    let _ = mgmt.delete_vhost(raw);
-
+    // Raw publish and restore alternate into empty queues.
     let restore_cfg = work.join("restore.yaml");
     std::fs::write(
         &restore_cfg,
         format!(
-            "mode: restore\nbackup_id: bench\ntarget:\n  amqp_url: \"{AMQP}/%2f\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\nstorage:\n  backend: filesystem\n  path: \"{}\"\nrestore:\n  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{src}\": \"{dst}\"\n",
-            work.join("store").display()
+            "mode: restore\nbackup_id: bench-0\ntarget:\n  amqp_url: \"{AMQP}/%2f\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\nstorage:\n  backend: filesystem\n  path: \"{}\"\nrestore:\n  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{src}\": \"{dst}\"\n",
+            store.display()
         ),
     )
     .expect("config");
-    println!("rmq-backup restore ...");
-    let (restore_t, restore_rss) = run_tool(
-        &bin,
-        &["restore", "--config", restore_cfg.to_str().unwrap()],
-    );
+    let (mut raw_pubs, mut restores, mut restore_rss) = (Vec::new(), Vec::new(), 0);
+    for round in 0..ROUNDS {
+        let rconn = connect(raw);
+        let ch = rconn.open_channel().expect("channel");
+        ch.queue_declare("bench", true, false, false, &FieldTable::new())
+            .expect("declare");
+        ch.close().expect("close");
+        std::thread::sleep(Duration::from_secs(1));
+        println!(
+            "round {}: raw publish with confirms (own client, window 1000) ...",
+            round + 1
+        );
+        raw_pubs.push(rate(n, publish(&rconn, "bench", n, size, text)));
+        let _ = mgmt.delete_queue(raw, "bench");
+        drop(rconn);
+        std::thread::sleep(Duration::from_secs(1));
+        println!("round {}: rmq-backup restore ...", round + 1);
+        let (t, rss) = run_tool(
+            &bin,
+            &["restore", "--config", restore_cfg.to_str().unwrap()],
+        );
+        restores.push(rate(n, t));
+        restore_rss = restore_rss.max(rss);
+        let _ = mgmt.delete_queue(dst, "bench");
+    }
 
+    let (rr, bk, rp, rs) = (
+        median(raw_reads),
+        median(backups),
+        median(raw_pubs),
+        median(restores),
+    );
     println!();
-    println!("{n} x {size} B, classic queue, filesystem, zstd-3");
+    println!("{n} x {size} B {kind} bodies, classic queue, filesystem, zstd-3; medians of {ROUNDS} rounds");
     println!("{:<34} {:>10} {:>8}", "operation", "msg/s", "ratio");
-    println!("{:<34} {:>10.0}", "raw read (no acks)", rate(n, raw_read_t));
+    println!("{:<34} {:>10.0}", "raw read (no acks)", rr);
     println!(
         "{:<34} {:>10.0} {:>8.2}   peak RSS {} KiB",
         "rmq-backup backup",
-        rate(n, backup_t),
-        raw_read_t.as_secs_f64() / backup_t.as_secs_f64(),
+        bk,
+        bk / rr,
         backup_rss
     );
-    println!(
-        "{:<34} {:>10.0}",
-        "raw publish with confirms",
-        rate(n, raw_pub_t)
-    );
+    println!("{:<34} {:>10.0}", "raw publish with confirms", rp);
     println!(
         "{:<34} {:>10.0} {:>8.2}   peak RSS {} KiB",
         "rmq-backup restore",
-        rate(n, restore_t),
-        raw_pub_t.as_secs_f64() / restore_t.as_secs_f64(),
+        rs,
+        rs / rp,
         restore_rss
     );
     println!("(rmq-backup times are whole-process wall times, start-up and manifest included)");
 
-    for v in [src, dst] {
+    for v in [src, dst, raw] {
         let _ = mgmt.delete_vhost(v);
     }
     let _ = std::fs::remove_dir_all(&work);

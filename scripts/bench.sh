@@ -2,7 +2,7 @@
 # Throughput and memory benchmark: rmq-backup beside a raw client on the same local broker, in
 # one run, plus the record codec benchmark. Release build.
 #
-# Usage: scripts/bench.sh [messages=100000] [body_bytes=1024]
+# Usage: scripts/bench.sh [messages=100000] [body_bytes=1024]   (random and JSON-like bodies)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-rabbitmq.sh
@@ -10,4 +10,6 @@ cargo build --release --quiet --bin rmq-backup --example bench --example codec_b
 echo "== record codec (one core)"
 target/release/examples/codec_bench
 echo "== backup and restore against a raw client"
-target/release/examples/bench target/release/rmq-backup "${1:-100000}" "${2:-1024}"
+for kind in random text; do
+  target/release/examples/bench target/release/rmq-backup "${1:-100000}" "${2:-1024}" "$kind"
+done

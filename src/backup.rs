@@ -295,12 +295,7 @@ fn backup_queue(
     let mut options = ConnectOptions::new(url);
     options.connection_name = format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name);
     let conn = Connection::open(&options)?;
-    log::info!(
-        "queue {} in vhost {}: backing up ({} messages listed)",
-        q.name,
-        q.vhost,
-        q.messages
-    );
+    log::info!("queue {} in vhost {}: backing up", q.name, q.vhost);
 
     let (batch_tx, batch_rx) = bounded::<Vec<BackupRecord>>(BATCH_CHANNEL);
     let started = Instant::now();

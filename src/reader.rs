@@ -64,7 +64,7 @@ pub fn read_queue(
 ) -> Result<ReadOutcome> {
     let control = conn.open_channel()?;
     let depth = u64::from(control.queue_declare_passive(queue)?.message_count);
-    log::debug!("queue {queue}: depth {depth} at start, strategy {strategy:?}");
+    log::info!("queue {queue}: {depth} messages at start, read with strategy {strategy:?}");
     let mut outcome = ReadOutcome {
         depth_at_start: depth,
         read: 0,

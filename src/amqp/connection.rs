@@ -85,8 +85,9 @@ pub struct ConnectOptions {
     /// Largest frame proposed to the broker, bytes (default 131072; 0 = no limit).
     pub frame_max: u32,
     /// Deliveries buffered per consumer before the reader thread stops reading the socket
-    /// (default 256). They are handed over in batches of up to 64, so a consumer holds at most
-    /// about `consumer_buffer + 64` messages in memory.
+    /// (default 256). They are handed over in batches of up to 64 deliveries or 1 MiB of
+    /// bodies, so a consumer holds at most about `consumer_buffer + 64` messages, and with
+    /// large messages about `consumer_buffer / 64 + 1` MiB, in memory.
     pub consumer_buffer: usize,
 }
 
@@ -110,6 +111,11 @@ impl ConnectOptions {
 // ---------------------------------------------------------------------------------------------
 // Shared state
 // ---------------------------------------------------------------------------------------------
+
+/// Body bytes after which a consumer's batch is handed over even if it holds fewer than
+/// `batch_max` deliveries: with large messages, memory is bounded by bytes, not by count
+/// (a consumer's queue then holds about `consumer_batches` MiB).
+const BATCH_BYTES_MAX: usize = 1 << 20;
 
 /// State of one connection, shared by the handle, its channels and the reader thread.
 struct ConnShared {
@@ -992,7 +998,8 @@ struct ReaderState {
     /// Deliveries not handed to their consumer yet, one batch per consumer. Flushed before
     /// the reader waits on the socket, before any other method is handled (so a consumer
     /// sees its deliveries before the error that ends it), and when a batch is full.
-    pending: Vec<(ConsumerSlot, Vec<Result<Delivery>>)>,
+    /// Per consumer: the batch being built and its body bytes.
+    pending: Vec<(ConsumerSlot, Vec<Result<Delivery>>, usize)>,
 }
 
 enum Exit {
@@ -1004,7 +1011,7 @@ impl ReaderState {
     fn run(mut self, mut frames: FrameReader) {
         let result = self.read_loop(&mut frames);
         // Hand over what was received, without waiting.
-        for (slot, batch) in self.pending.drain(..) {
+        for (slot, batch, _) in self.pending.drain(..) {
             let _ = slot.tx.try_send(batch);
         }
         let shared = self.shared.clone();
@@ -1459,18 +1466,21 @@ impl ReaderState {
         let i = match self
             .pending
             .iter()
-            .position(|(s, _)| Arc::ptr_eq(&s.state, &slot.state))
+            .position(|(s, _, _)| Arc::ptr_eq(&s.state, &slot.state))
         {
             Some(i) => i,
             None => {
                 let batch = Vec::with_capacity(self.shared.batch_max);
-                self.pending.push((slot, batch));
+                self.pending.push((slot, batch, 0));
                 self.pending.len() - 1
             }
         };
-        self.pending[i].1.push(item);
-        if self.pending[i].1.len() >= self.shared.batch_max {
-            let (slot, batch) = self.pending.swap_remove(i);
+        let bytes = item.as_ref().map_or(0, |d| d.body.len());
+        let entry = &mut self.pending[i];
+        entry.1.push(item);
+        entry.2 += bytes;
+        if entry.1.len() >= self.shared.batch_max || entry.2 >= BATCH_BYTES_MAX {
+            let (slot, batch, _) = self.pending.swap_remove(i);
             self.push(slot, batch)?;
         }
         Ok(())
@@ -1478,7 +1488,7 @@ impl ReaderState {
 
     /// Hands every pending batch to its consumer.
     fn flush_all(&mut self) -> Result<()> {
-        while let Some((slot, batch)) = self.pending.pop() {
+        while let Some((slot, batch, _)) = self.pending.pop() {
             self.push(slot, batch)?;
         }
         Ok(())
