@@ -208,11 +208,13 @@ fn select_queues(
             continue;
         }
         let reason = if kind == QueueType::Stream {
-            Some("stream queues are not supported yet (a later version reads them with the stream protocol)")
+            Some("stream queues are not supported yet (a later version reads them with the stream protocol)".to_string())
         } else if q.exclusive {
-            Some("it is exclusive to another connection")
+            Some("it is exclusive to another connection".to_string())
         } else {
-            None
+            delivery_limit(&q).map(|limit| format!(
+                "it is a quorum queue with a delivery limit of {limit}: reading it without acknowledging raises every message's x-delivery-count, so a backup could dead-letter or drop messages"
+            ))
         };
         if let Some(reason) = reason {
             let msg = format!("queue {} in vhost {} skipped: {reason}", q.name, q.vhost);
@@ -224,6 +226,20 @@ fn select_queues(
     }
     chosen.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
     Ok((chosen, skipped))
+}
+
+/// The delivery limit of a quorum queue, from its `x-delivery-limit` argument or its
+/// effective policy's `delivery-limit` (RabbitMQ "Quorum Queues", poison message handling).
+/// Every requeue raises a quorum message's delivery count (ENVIRONMENT.md), and past the limit
+/// the broker dead-letters or drops it, so such queues are not read.
+fn delivery_limit(q: &QueueInfo) -> Option<i64> {
+    if q.queue_type != Some(QueueType::Quorum) {
+        return None;
+    }
+    q.arguments
+        .get("x-delivery-limit")
+        .or_else(|| q.effective_policy_definition.get("delivery-limit"))
+        .and_then(|v| v.as_i64())
 }
 
 /// What every queue thread shares.
@@ -452,9 +468,14 @@ fn build_segments(
             .collect();
         for (record, json) in batch.iter().zip(encoded) {
             let full = current.as_ref().is_some_and(|(w, opened)| {
-                w.record_count() > 0
-                    && (w.uncompressed_bytes() + json.len() as u64 + 4 > max_bytes
-                        || opened.elapsed() >= max_age)
+                segment_full(
+                    w.record_count(),
+                    w.uncompressed_bytes(),
+                    json.len(),
+                    opened.elapsed(),
+                    max_bytes,
+                    max_age,
+                )
             });
             if full {
                 rotate(&mut current, &mut sequence, &mut pending)?;
@@ -483,6 +504,22 @@ fn build_segments(
         .collect()
 }
 
+/// Whether the current segment must be finished before a record of `next_len` JSON bytes is
+/// appended: it is not empty and either the record would take it past `max_bytes`
+/// (`segment_max_bytes`, uncompressed payload incl. the 4-byte length prefixes) or it is older
+/// than `max_age` (`segment_max_interval_ms`). A single record larger than `max_bytes` still
+/// gets a segment of its own.
+fn segment_full(
+    records: u64,
+    uncompressed: u64,
+    next_len: usize,
+    age: Duration,
+    max_bytes: u64,
+    max_age: Duration,
+) -> bool {
+    records > 0 && (uncompressed + next_len as u64 + 4 > max_bytes || age >= max_age)
+}
+
 /// Stores finished segments, retrying transient failures with exponential backoff and jitter,
 /// then removes the spool file.
 fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
@@ -505,5 +542,24 @@ fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
             log::debug!("removing spool file {}: {e}", job.path.display());
         }
         let _ = job.reply.send(result);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_rotation_rules() {
+        let hour = Duration::from_secs(3600);
+        let ms = Duration::from_millis;
+        // An empty segment always takes the record, however large.
+        assert!(!segment_full(0, 0, 10_000, hour, 100, ms(1)));
+        // Size: the record fits exactly (prefix included), or would overflow.
+        assert!(!segment_full(1, 50, 46, ms(0), 100, hour));
+        assert!(segment_full(1, 50, 47, ms(0), 100, hour));
+        // Age.
+        assert!(!segment_full(3, 10, 1, ms(999), 1_000_000, ms(1000)));
+        assert!(segment_full(3, 10, 1, ms(1000), 1_000_000, ms(1000)));
     }
 }

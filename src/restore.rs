@@ -17,17 +17,23 @@ use crate::definitions::{self, ImportSummary};
 use crate::error::{Error, Result};
 use crate::management::ManagementClient;
 use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
-use crate::record::decode_record;
+use crate::record::{decode_record, BackupRecord};
 use crate::segment::SegmentReader;
 use crate::spool::SpoolDir;
 use crate::storage::Storage;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Confirm batches allowed in flight: up to `produce_batch_size` × this many unconfirmed publishes.
 const BATCHES_IN_FLIGHT: u64 = 10;
+/// Records per batch from the segment decoder to the publisher.
+const RECORD_BATCH: usize = 256;
+/// Body bytes per batch from the segment decoder to the publisher.
+const RECORD_BATCH_BYTES: usize = 1 << 20;
+/// Batches in flight between the decoder and the publisher.
+const RECORD_BATCHES: usize = 4;
 /// Longest wait for the broker to confirm a window of publishes.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -348,18 +354,25 @@ fn restore_queue(
         entry.target_queue,
         entry.target_vhost
     );
-    for segment in backup
-        .segments
-        .iter()
-        .filter(|s| segment_in_window(s, opts))
-    {
-        let path = spool.join(format!("restore-{}-{}.rbak", std::process::id(), unique()));
-        let result = publish_segment(
-            &channel, opts, storage, segment, &path, limiter, window, entry,
-        );
-        let _ = std::fs::remove_file(&path);
-        result?;
-    }
+    // One thread fetches, verifies and decodes segments; this one publishes. Batches in between
+    // keep memory bounded while decoding overlaps the wait for confirms.
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<BackupRecord>>(RECORD_BATCHES);
+    let outside_window = AtomicU64::new(0);
+    let outside = &outside_window;
+    let (decoded, published) = std::thread::scope(|s| {
+        // The sender moves into the decoder: when it ends, the publisher's loop ends.
+        let decoder = s.spawn(move || decode_segments(opts, storage, spool, backup, &tx, outside));
+        let published = publish_records(&channel, opts, limiter, window, &rx, entry);
+        // Unblock the decoder if publishing stopped early.
+        drop(rx);
+        let decoded = decoder
+            .join()
+            .unwrap_or_else(|_| Err(Error::Io("segment decoder panicked".into())));
+        (decoded, published)
+    });
+    entry.outside_window = outside_window.load(Ordering::Relaxed);
+    published?;
+    decoded?;
     if opts.publisher_confirms {
         settle(&channel, 0, entry)?;
     }
@@ -383,58 +396,109 @@ fn unique() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn publish_segment(
-    channel: &Channel,
+/// Fetches each segment of `backup` that meets the time window into a spool file, verifies
+/// it (CRC32), decodes its records and sends them in batches, in order. Records outside the
+/// window are counted in `outside_window`.
+fn decode_segments(
     opts: &RestoreOptions,
     storage: &dyn Storage,
-    segment: &SegmentMetadata,
-    path: &PathBuf,
+    spool: &Path,
+    backup: &QueueBackup,
+    tx: &crossbeam_channel::Sender<Vec<BackupRecord>>,
+    outside_window: &AtomicU64,
+) -> Result<()> {
+    for segment in backup
+        .segments
+        .iter()
+        .filter(|s| segment_in_window(s, opts))
+    {
+        let path = spool.join(format!("restore-{}-{}.rbak", std::process::id(), unique()));
+        let result = (|| -> Result<()> {
+            storage.get_to_file(&segment.key, &path)?;
+            let reader = SegmentReader::open(&path).map_err(|e| {
+                Error::Serialization(format!("{} (segment {})", e.message(), segment.key))
+            })?;
+            log::debug!(
+                "segment {}: {} records",
+                segment.key,
+                reader.header().record_count
+            );
+            let mut batch = Vec::with_capacity(RECORD_BATCH);
+            let mut batch_bytes = 0usize;
+            for json in reader.records() {
+                let record = decode_record(&json?)?;
+                if !in_window(record.backed_up_at, opts) {
+                    outside_window.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                batch_bytes += record.body().len();
+                batch.push(record);
+                if batch.len() >= RECORD_BATCH || batch_bytes >= RECORD_BATCH_BYTES {
+                    batch_bytes = 0;
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(RECORD_BATCH));
+                    if tx.send(full).is_err() {
+                        return Ok(()); // the publisher stopped; it reports why
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                let _ = tx.send(batch);
+            }
+            Ok(())
+        })();
+        let _ = std::fs::remove_file(&path);
+        result?;
+    }
+    Ok(())
+}
+
+/// Publishes the decoded records as they arrive, keeping at most `window` unconfirmed.
+fn publish_records(
+    channel: &Channel,
+    opts: &RestoreOptions,
     limiter: &RateLimiter,
     window: u64,
+    rx: &crossbeam_channel::Receiver<Vec<BackupRecord>>,
     entry: &mut QueueRestore,
 ) -> Result<()> {
-    storage.get_to_file(&segment.key, path)?;
-    let reader = SegmentReader::open(path)
-        .map_err(|e| Error::Serialization(format!("{} (segment {})", e.message(), segment.key)))?;
-    log::debug!(
-        "segment {}: {} records",
-        segment.key,
-        reader.header().record_count
-    );
-    for json in reader.records() {
-        let record = decode_record(&json?)?;
-        if !in_window(record.backed_up_at, opts) {
-            entry.outside_window += 1;
-            continue;
-        }
-        let (exchange, routing_key) = match opts.publish_mode {
-            PublishMode::DirectToQueue => ("", entry.target_queue.as_str()),
-            PublishMode::Exchange if record.exchange.is_empty() => {
-                // The default exchange routes by queue name: follow the queue mapping.
-                let rk = opts
-                    .queue_mapping
-                    .get(&record.routing_key)
-                    .map_or(record.routing_key.as_str(), String::as_str);
-                ("", rk)
+    for batch in rx.iter() {
+        for record in batch {
+            let (exchange, routing_key) = target_of(&record, opts, &entry.target_queue);
+            let (exchange, routing_key) = (exchange.to_string(), routing_key.to_string());
+            let (properties, body) = record.into_amqp();
+            limiter.acquire();
+            channel.basic_publish(&exchange, &routing_key, true, &properties, &body)?;
+            entry.published += 1;
+            if opts.publisher_confirms && channel.outstanding_confirms() >= window {
+                settle(channel, window / 2, entry)?;
             }
-            PublishMode::Exchange => (
-                opts.exchange_mapping
-                    .get(&record.exchange)
-                    .map_or(record.exchange.as_str(), String::as_str),
-                record.routing_key.as_str(),
-            ),
-        };
-        limiter.acquire();
-        let properties = record.to_amqp();
-        let body = record.body();
-        channel.basic_publish(exchange, routing_key, true, &properties, body)?;
-        entry.published += 1;
-        if opts.publisher_confirms && channel.outstanding_confirms() >= window {
-            settle(channel, window / 2, entry)?;
         }
     }
     Ok(())
+}
+
+/// Where a record goes: (exchange, routing key) by `publish_mode` and the mappings.
+fn target_of<'a>(
+    record: &'a BackupRecord,
+    opts: &'a RestoreOptions,
+    target_queue: &'a str,
+) -> (&'a str, &'a str) {
+    match opts.publish_mode {
+        PublishMode::DirectToQueue => ("", target_queue),
+        // The default exchange routes by queue name: follow the queue mapping.
+        PublishMode::Exchange if record.exchange.is_empty() => (
+            "",
+            opts.queue_mapping
+                .get(&record.routing_key)
+                .map_or(record.routing_key.as_str(), String::as_str),
+        ),
+        PublishMode::Exchange => (
+            opts.exchange_mapping
+                .get(&record.exchange)
+                .map_or(record.exchange.as_str(), String::as_str),
+            record.routing_key.as_str(),
+        ),
+    }
 }
 
 /// Waits until at most `max_outstanding` publishes are unconfirmed and counts the outcome:

@@ -337,3 +337,46 @@ fn restore_time_window_dry_run_and_missing_queue() {
     assert_same(&msgs, &peek(&tconn, "q", 30), "restored in window");
     drop(tconn);
 }
+
+#[test]
+fn quorum_queue_with_delivery_limit_is_left_untouched() {
+    let vh = TestVhost::new("dlimit");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(
+        &ch,
+        "limited",
+        "quorum",
+        vec![("x-delivery-limit".into(), FieldValue::I64(2))],
+    );
+    declare(&ch, "free", "quorum", FieldTable::new());
+    let msgs = diverse_messages(10, 4, false);
+    publish(&ch, "limited", &msgs);
+    publish(&ch, "free", &msgs);
+    let dir = TempDir::new("dlimit");
+    let store = dir.path().join("store");
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("dl", &vh.name, &store, ""),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("1 skipped"), "{stdout}");
+    assert!(
+        stderr.contains("queue limited in vhost") && stderr.contains("delivery limit of 2"),
+        "{stderr}"
+    );
+    let m = manifest(&store, "dl");
+    assert_eq!(
+        m.queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(),
+        vec!["free"]
+    );
+    // Never delivered by the backup: no delivery count on its messages.
+    let got = peek(&conn, "limited", 10);
+    assert!(
+        got.iter().all(|d| !d.redelivered),
+        "the backup touched a queue it skipped"
+    );
+}

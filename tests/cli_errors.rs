@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use std::process::Command;
 
 fn run_yaml(dir: &TempDir, cmd: &str, yaml: &str) -> (Option<i32>, String, String) {
     let p = write_config(dir.path(), &format!("{}.yaml", rmq_backup::now_ms()), yaml);
@@ -153,4 +154,99 @@ fn broker_errors_name_the_cause_and_hide_the_password() {
         err.trim(),
         "Storage error: Key not found: missing/manifest.json"
     );
+}
+
+/// A user whose password is unique, so any trace of it in the output is a leak.
+fn secret_user(vhost: &str) -> (String, String) {
+    let user = format!("rmqb-secret-{}", std::process::id());
+    let password = format!("Pw-{}-unique-Secret", rmq_backup::now_ms());
+    let url = format!("{}/api/users/{user}", management_url());
+    let auth = "Basic Z3Vlc3Q6Z3Vlc3Q="; // guest:guest
+    ureq::put(&url)
+        .header("authorization", auth)
+        .header("content-type", "application/json")
+        .send(format!(r#"{{"password":"{password}","tags":"administrator"}}"#).as_bytes())
+        .expect("create user");
+    let enc: String = vhost.bytes().map(|b| format!("%{b:02X}")).collect();
+    ureq::put(&format!(
+        "{}/api/permissions/{enc}/{user}",
+        management_url()
+    ))
+    .header("authorization", auth)
+    .header("content-type", "application/json")
+    .send(r#"{"configure":".*","write":".*","read":".*"}"#.as_bytes())
+    .expect("permissions");
+    (user, password)
+}
+
+#[test]
+fn trace_output_never_shows_a_password() {
+    let vh = TestVhost::new("trace");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", Default::default());
+    // The broker refuses a user_id property that is not the publishing user's.
+    let msgs: Vec<Msg> = diverse_messages(20, 3, false)
+        .into_iter()
+        .map(|mut m| {
+            m.props.user_id = None;
+            m
+        })
+        .collect();
+    publish(&ch, "q", &msgs);
+    let (user, password) = secret_user(&vh.name);
+    let dir = TempDir::new("trace");
+    let store = dir.path().join("store");
+    let enc: String = vh.name.bytes().map(|b| format!("%{b:02X}")).collect();
+    let amqp = format!("amqp://{user}:{password}@127.0.0.1:5672/{enc}");
+    let backup = format!(
+        "mode: backup\nbackup_id: t\nsource:\n  amqp_url: \"{amqp}\"\n  management_url: \"{}\"\n  management_username: {user}\n  management_password: ${{RMQB_TRACE_TEST_PASSWORD}}\n  queues:\n    vhosts: [\"{}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\n",
+        management_url(),
+        vh.name,
+        store.display()
+    );
+    let restore = format!(
+        "mode: restore\nbackup_id: t\ntarget:\n  amqp_url: \"{amqp}\"\n  management_url: \"{}\"\n  management_username: {user}\n  management_password: \"{password}\"\nstorage:\n  backend: filesystem\n  path: \"{}\"\nrestore:\n  publish_mode: direct-to-queue\n  definitions_dry_run: true\n  queue_mapping:\n    q: q2\n  create_missing_queues: true\n",
+        management_url(),
+        store.display()
+    );
+    let b = write_config(dir.path(), "b.yaml", &backup);
+    let r = write_config(dir.path(), "r.yaml", &restore);
+    for args in [
+        vec!["-vv", "backup", "--config", &b],
+        vec!["restore", "--config", &r, "-v", "-v"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+            .args(&args)
+            .env("RMQB_TRACE_TEST_PASSWORD", &password)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains("TRACE"), "-vv gives trace output: {stderr}");
+        assert!(
+            !stdout.contains(&password) && !stderr.contains(&password),
+            "{args:?} leaked the password"
+        );
+    }
+    // A failing run at trace level: wrong password in the URL, the real one nowhere.
+    let bad = backup.replace(&format!(":{password}@"), ":wrong@");
+    let b2 = write_config(
+        dir.path(),
+        "b2.yaml",
+        &bad.replace("backup_id: t", "backup_id: t2"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+        .args(["backup", "--config", &b2, "-vv"])
+        .env("RMQB_TRACE_TEST_PASSWORD", &password)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stdout.contains(&password) && !stderr.contains(&password));
+    assert!(!stderr.contains(":wrong@"), "masked: {stderr}");
+    let _ = ureq::delete(&format!("{}/api/users/{user}", management_url()))
+        .header("authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+        .call();
 }

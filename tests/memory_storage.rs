@@ -18,7 +18,7 @@ fn backup_and_restore_through_memory_storage() {
     publish(&ch, "mem q", &msgs);
 
     let yaml = format!(
-        "mode: backup\nbackup_id: mem-1\nsource:\n  amqp_url: \"{}\"\n  management_url: \"{}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{}\"]\n    types: [quorum]\nstorage:\n  backend: memory\nbackup:\n  segment_max_interval_ms: 1\n  compression: zstd\n  compression_level: 19\n",
+        "mode: backup\nbackup_id: mem-1\nsource:\n  amqp_url: \"{}\"\n  management_url: \"{}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{}\"]\n    types: [quorum]\nstorage:\n  backend: memory\nbackup:\n  segment_max_bytes: 20000\n  compression: zstd\n  compression_level: 19\n",
         amqp_url(&vh.name),
         management_url(),
         vh.name
@@ -29,7 +29,7 @@ fn backup_and_restore_through_memory_storage() {
     assert_eq!(summary.messages, 80);
     assert!(
         summary.segments > 1,
-        "segment_max_interval_ms 1 rotates: {} segment(s)",
+        "segment_max_bytes 20000 rotates: {} segment(s)",
         summary.segments
     );
     assert_eq!(depth(&conn, "mem q"), 80);
