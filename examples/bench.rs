@@ -182,6 +182,7 @@ fn main() {
     let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let size: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1024);
     let text = args.get(4).map(String::as_str) == Some("text");
+    let compression = std::env::var("BENCH_COMPRESSION").unwrap_or_else(|_| "zstd".into());
     let mgmt = ManagementClient::new(MGMT, "guest", "guest").expect("management");
     let (src, dst, raw) = ("rmqb-bench-src", "rmqb-bench-dst", "rmqb-bench-raw");
     for v in [src, dst, raw] {
@@ -216,7 +217,7 @@ fn main() {
         std::fs::write(
             &cfg,
             format!(
-                "mode: backup\nbackup_id: bench-{round}\nsource:\n  amqp_url: \"{AMQP}/{src}\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: zstd\n  compression_level: 3\n  include_definitions: false\n",
+                "mode: backup\nbackup_id: bench-{round}\nsource:\n  amqp_url: \"{AMQP}/{src}\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: {compression}\n  compression_level: 3\n  include_definitions: false\n",
                 store.display()
             ),
         )

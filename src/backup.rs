@@ -22,11 +22,11 @@ use crate::reader;
 use crate::record::{encode_record, BackupRecord};
 use crate::segment::{Compression, SegmentWriter};
 use crate::selection;
-use crate::spool::{sanitize, SpoolDir};
+use crate::spool::{sanitize, spawn_named, SpoolDir};
 use crate::storage::Storage;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -273,14 +273,14 @@ fn run_queues(
         for _ in 0..workers.min(4) {
             let rx = upload_rx.clone();
             let storage = storage.clone();
-            s.spawn(move || uploader(rx, storage.as_ref()));
+            spawn_named(s, "segment-upload", move || uploader(rx, storage.as_ref()));
         }
         drop(upload_rx);
         for _ in 0..workers {
             let upload_tx = upload_tx.clone();
             let next = &next;
             let results = &results;
-            s.spawn(move || loop {
+            spawn_named(s, "queue-reader", move || loop {
                 let i = next.fetch_add(1, Ordering::SeqCst) as usize;
                 let Some(q) = queues.get(i) else { break };
                 let r = backup_queue(ctx, q, &upload_tx);
@@ -316,7 +316,9 @@ fn backup_queue(
     let (batch_tx, batch_rx) = bounded::<Vec<BackupRecord>>(BATCH_CHANNEL);
     let started = Instant::now();
     let (read, built) = std::thread::scope(|s| {
-        let builder = s.spawn(|| build_segments(ctx, q, batch_rx, uploads));
+        let builder = spawn_named(s, "segment-builder", || {
+            build_segments(ctx, q, batch_rx, uploads)
+        });
         let mut batch: Vec<BackupRecord> = Vec::with_capacity(BATCH_RECORDS);
         let mut batch_bytes = 0usize;
         let mut sink = |d: crate::amqp::Delivery| -> Result<()> {
@@ -385,11 +387,11 @@ fn backup_queue(
     ))
 }
 
-/// A finished segment on its way to storage.
+/// A full segment on its way to storage: the uploader finishes and stores it.
 struct Upload {
     key: String,
-    path: PathBuf,
-    meta: SegmentMetadata,
+    sequence: u64,
+    writer: SegmentWriter,
     reply: Sender<Result<SegmentMetadata>>,
 }
 
@@ -409,6 +411,8 @@ fn build_segments(
     let mut pending: Vec<Receiver<Result<SegmentMetadata>>> = Vec::new();
     let spool_name = format!("{}-{}", sanitize(&q.vhost), sanitize(&q.name));
 
+    // Finishing a segment (last compressed block, header, SHA-256) happens on an uploader
+    // thread, so reading and compressing go on meanwhile.
     let rotate = |current: &mut Option<(SegmentWriter, Instant)>,
                   sequence: &mut u64,
                   pending: &mut Vec<Receiver<Result<SegmentMetadata>>>|
@@ -416,7 +420,6 @@ fn build_segments(
         let Some((writer, _)) = current.take() else {
             return Ok(());
         };
-        let finished = writer.finish()?;
         *sequence += 1;
         let key = manifest::segment_key(
             ctx.backup_id,
@@ -425,19 +428,12 @@ fn build_segments(
             *sequence,
             ctx.compression.extension(),
         );
-        log::debug!(
-            "segment {key}: {} records, {} bytes ({} uncompressed)",
-            finished.record_count,
-            finished.size_bytes,
-            finished.uncompressed_bytes
-        );
-        let meta = SegmentMetadata::from_finished(key.clone(), *sequence, &finished);
         let (tx, rx) = bounded(1);
         uploads
             .send(Upload {
                 key,
-                path: finished.path,
-                meta,
+                sequence: *sequence,
+                writer,
                 reply: tx,
             })
             .map_err(|_| Error::Io("segment uploaders stopped".into()))?;
@@ -520,28 +516,47 @@ fn segment_full(
     records > 0 && (uncompressed + next_len as u64 + 4 > max_bytes || age >= max_age)
 }
 
-/// Stores finished segments, retrying transient failures with exponential backoff and jitter,
-/// then removes the spool file.
+/// Finishes segments and stores them, retrying transient failures with exponential backoff
+/// and jitter, then removes the spool file.
 fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
     for job in jobs {
-        let mut attempt = 0;
-        let result = loop {
-            attempt += 1;
-            match storage.put_file(&job.key, &job.path) {
-                Ok(()) => break Ok(job.meta.clone()),
-                Err(e) if e.is_transient() && attempt < UPLOAD_ATTEMPTS => {
-                    let jitter = u64::from(std::process::id() % 100) + (now_ms() % 100) as u64;
-                    let delay = Duration::from_millis(200 * (1 << attempt) + jitter);
-                    log::warn!("{e}; retrying {} in {} ms", job.key, delay.as_millis());
-                    std::thread::sleep(delay);
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        if let Err(e) = std::fs::remove_file(&job.path) {
-            log::debug!("removing spool file {}: {e}", job.path.display());
+        let path = job.writer.path().to_path_buf();
+        let result = job.writer.finish().and_then(|finished| {
+            log::debug!(
+                "segment {}: {} records, {} bytes ({} uncompressed)",
+                job.key,
+                finished.record_count,
+                finished.size_bytes,
+                finished.uncompressed_bytes
+            );
+            put_with_retries(storage, &job.key, &finished.path)?;
+            Ok(SegmentMetadata::from_finished(
+                job.key.clone(),
+                job.sequence,
+                &finished,
+            ))
+        });
+        if let Err(e) = std::fs::remove_file(&path) {
+            log::debug!("removing spool file {}: {e}", path.display());
         }
         let _ = job.reply.send(result);
+    }
+}
+
+fn put_with_retries(storage: &dyn Storage, key: &str, path: &Path) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match storage.put_file(key, path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_transient() && attempt < UPLOAD_ATTEMPTS => {
+                let jitter = (now_ms() % 100) as u64;
+                let delay = Duration::from_millis(200 * (1 << attempt) + jitter);
+                log::warn!("{e}; retrying {key} in {} ms", delay.as_millis());
+                std::thread::sleep(delay);
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

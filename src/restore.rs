@@ -19,7 +19,7 @@ use crate::management::ManagementClient;
 use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
 use crate::record::{decode_record, BackupRecord};
 use crate::segment::SegmentReader;
-use crate::spool::SpoolDir;
+use crate::spool::{spawn_named, SpoolDir};
 use crate::storage::Storage;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -152,7 +152,7 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
     let workers = opts.max_concurrent_queues.max(1).min(jobs.len().max(1));
     std::thread::scope(|s| {
         for _ in 0..workers {
-            s.spawn(|| loop {
+            spawn_named(s, "queue-publisher", || loop {
                 let i = next.fetch_add(1, Ordering::SeqCst) as usize;
                 let Some((index, backup)) = jobs.get(i) else {
                     break;
@@ -361,7 +361,9 @@ fn restore_queue(
     let outside = &outside_window;
     let (decoded, published) = std::thread::scope(|s| {
         // The sender moves into the decoder: when it ends, the publisher's loop ends.
-        let decoder = s.spawn(move || decode_segments(opts, storage, spool, backup, &tx, outside));
+        let decoder = spawn_named(s, "segment-decoder", move || {
+            decode_segments(opts, storage, spool, backup, &tx, outside)
+        });
         let published = publish_records(&channel, opts, limiter, window, &rx, entry);
         // Unblock the decoder if publishing stopped early.
         drop(rx);

@@ -203,8 +203,9 @@ const COMPRESS_CHUNK: usize = 1 << 20;
 /// Streams records into a segment spool file.
 ///
 /// `create` writes a 32-byte placeholder header and starts the compressor; `append` adds one
-/// record; `finish` ends the compressed frame, writes the real header and the footer, fsyncs
-/// and checksums the file. Dropping a writer without `finish` leaves an incomplete spool file:
+/// record; `finish` ends the compressed frame, writes the real header and the footer, and
+/// checksums the file. The spool file is not fsynced: it is a local staging copy, and storage
+/// makes the stored segment durable. Dropping a writer without `finish` leaves an incomplete spool file:
 /// call [`SegmentWriter::discard`] to remove it.
 pub struct SegmentWriter {
     path: PathBuf,
@@ -317,8 +318,8 @@ impl SegmentWriter {
     }
 
     /// Ends the compressed frame, writes the header (count, first/last timestamp, 0 when
-    /// empty) and the footer (CRC32 of header + payload, `KABR`), fsyncs, and computes the
-    /// SHA-256 of the file by reading it back.
+    /// empty) and the footer (CRC32 of header + payload, `KABR`), and computes the SHA-256 of
+    /// the file by reading it back.
     ///
     /// Errors: `Error::Io` for file failures, `Error::Compression` when the compressor fails to
     /// end its frame.
@@ -365,8 +366,7 @@ impl SegmentWriter {
         let write = |file: &mut File| -> std::io::Result<()> {
             file.write_all(&footer)?;
             file.seek(SeekFrom::Start(0))?;
-            file.write_all(&header)?;
-            file.sync_all()
+            file.write_all(&header)
         };
         write(&mut file).map_err(|e| io_err("Failed to write", &path, e))?;
         drop(file);

@@ -1,4 +1,4 @@
-//! Local spool files: segments being compressed before upload, and segments fetched for a
+//! Local spool files and the jobs' threads: segments being compressed before upload, and segments fetched for a
 //! restore. They live in a private directory under `$RMQ_BACKUP_SPOOL_DIR` (default: the
 //! system temp dir) that is removed when the job ends, so nothing half-written is ever taken
 //! for good data: storage only receives finished files.
@@ -62,4 +62,21 @@ impl Drop for SpoolDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Spawns a named scoped thread (names show in `top -H`, `perf` and panics). Like
+/// `Scope::spawn`, it panics only when the OS cannot create a thread.
+pub fn spawn_named<'scope, 'env, F, T>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    name: &str,
+    f: F,
+) -> std::thread::ScopedJoinHandle<'scope, T>
+where
+    F: FnOnce() -> T + Send + 'scope,
+    T: Send + 'scope,
+{
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn_scoped(scope, f)
+        .unwrap_or_else(|e| panic!("cannot start thread {name}: {e}"))
 }

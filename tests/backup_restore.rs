@@ -380,3 +380,51 @@ fn quorum_queue_with_delivery_limit_is_left_untouched() {
         "the backup touched a queue it skipped"
     );
 }
+
+#[test]
+fn a_failed_queue_leaves_an_interrupted_manifest_and_every_message_in_place() {
+    let vh = TestVhost::new("interrupted");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "quorum", FieldTable::new());
+    let msgs = diverse_messages(50, 8, false);
+    publish(&ch, "q", &msgs);
+    declare(&ch, "events", "stream", FieldTable::new());
+
+    let dir = TempDir::new("interrupted");
+    let store = dir.path().join("store");
+    // A file where the queue segments' directory must go: every segment write fails.
+    std::fs::create_dir_all(store.join("int")).unwrap();
+    std::fs::write(store.join("int").join("queues"), b"in the way").unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("int", &vh.name, &store, ""),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .unwrap_or("")
+            .starts_with("Storage error: Failed to write int/queues/"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("queue events in vhost") && stderr.contains("stream"),
+        "stream skipped with a warning: {stderr}"
+    );
+    let m = manifest(&store, "int");
+    assert_eq!(
+        m.completed_at, None,
+        "a failed run must read as interrupted"
+    );
+    assert!(m.queues.is_empty());
+    assert_same(&msgs, &peek(&conn, "q", 50), "source after a failed backup");
+
+    let url = format!("file://{}", store.display());
+    let out = run_cli(&["list", "--path", &url]);
+    assert!(text(&out).0.contains("interrupted"), "{:?}", text(&out));
+}
