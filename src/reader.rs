@@ -73,34 +73,36 @@ pub fn read_queue(
         control.close()?;
         return Ok(outcome);
     }
+    let read = QueueRead {
+        conn,
+        control: &control,
+        queue,
+        queue_type,
+        depth,
+        strategy,
+        should_stop,
+    };
     let result = match strategy {
-        RequeueStrategy::Cancel | RequeueStrategy::Reject => read_by_consume(
-            conn,
-            &control,
-            queue,
-            queue_type,
-            depth,
-            strategy,
-            sink,
-            should_stop,
-            &mut outcome,
-        ),
-        RequeueStrategy::Nack | RequeueStrategy::Get => read_by_get(
-            conn,
-            &control,
-            queue,
-            queue_type,
-            depth,
-            strategy,
-            sink,
-            should_stop,
-            &mut outcome,
-        ),
+        RequeueStrategy::Cancel | RequeueStrategy::Reject => read.by_consume(sink, &mut outcome),
+        RequeueStrategy::Nack | RequeueStrategy::Get => read.by_get(sink, &mut outcome),
     };
     let closed = control.close();
     result?;
     closed?;
     Ok(outcome)
+}
+
+/// One read of one queue: what every strategy needs.
+struct QueueRead<'a> {
+    conn: &'a Connection,
+    /// A channel of its own for passive declares (depth checks).
+    control: &'a Channel,
+    queue: &'a str,
+    queue_type: QueueType,
+    /// Ready messages at start: the read stops there.
+    depth: u64,
+    strategy: RequeueStrategy,
+    should_stop: &'a dyn Fn() -> Option<String>,
 }
 
 /// One consumer with its own channel and the delivery tags it holds.
@@ -114,83 +116,86 @@ struct Window {
     tags: Vec<u64>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn read_by_consume(
-    conn: &Connection,
-    control: &Channel,
-    queue: &str,
-    queue_type: QueueType,
-    depth: u64,
-    strategy: RequeueStrategy,
-    sink: &mut dyn FnMut(Delivery) -> Result<()>,
-    should_stop: &dyn Fn() -> Option<String>,
-    outcome: &mut ReadOutcome,
-) -> Result<()> {
-    let mut windows: Vec<Window> = Vec::new();
-    let read = (|| -> Result<()> {
-        let mut last_delivery = Instant::now();
-        while outcome.read < depth {
-            if let Some(reason) = should_stop() {
-                return Err(Error::Connection(reason));
-            }
-            let need_new = windows.last().is_none_or(|w| w.held >= w.size);
-            if need_new {
-                let size = (depth - outcome.read).min(MAX_WINDOW);
-                windows.push(open_window(conn, queue, size, windows.len())?);
-            }
-            let window = windows.last_mut().expect("a window was just opened");
-            match window
-                .consumer
-                .recv_timeout(Duration::from_millis(POLL_MS))?
-            {
-                Some(delivery) => {
-                    last_delivery = Instant::now();
-                    window.held += 1;
-                    if strategy == RequeueStrategy::Reject {
-                        window.tags.push(delivery.delivery_tag);
-                    }
-                    outcome.read += 1;
-                    sink(delivery)?;
+impl QueueRead<'_> {
+    /// `cancel` and `reject`: consumer windows, then cancel (and reject each delivery).
+    fn by_consume(
+        &self,
+        sink: &mut dyn FnMut(Delivery) -> Result<()>,
+        outcome: &mut ReadOutcome,
+    ) -> Result<()> {
+        let (conn, control, queue, depth, strategy) = (
+            self.conn,
+            self.control,
+            self.queue,
+            self.depth,
+            self.strategy,
+        );
+        let mut windows: Vec<Window> = Vec::new();
+        let read = (|| -> Result<()> {
+            let mut last_delivery = Instant::now();
+            while outcome.read < depth {
+                if let Some(reason) = (self.should_stop)() {
+                    return Err(Error::Connection(reason));
                 }
-                None => {
-                    if queue_drained(control, queue, outcome, depth)? {
-                        break;
+                let need_new = windows.last().is_none_or(|w| w.held >= w.size);
+                if need_new {
+                    let size = (depth - outcome.read).min(MAX_WINDOW);
+                    windows.push(open_window(conn, queue, size, windows.len())?);
+                }
+                let window = windows.last_mut().expect("a window was just opened");
+                match window
+                    .consumer
+                    .recv_timeout(Duration::from_millis(POLL_MS))?
+                {
+                    Some(delivery) => {
+                        last_delivery = Instant::now();
+                        window.held += 1;
+                        if strategy == RequeueStrategy::Reject {
+                            window.tags.push(delivery.delivery_tag);
+                        }
+                        outcome.read += 1;
+                        sink(delivery)?;
                     }
-                    if last_delivery.elapsed() > STALL_LIMIT {
-                        return Err(Error::Amqp(format!(
+                    None => {
+                        if queue_drained(control, queue, outcome, depth)? {
+                            break;
+                        }
+                        if last_delivery.elapsed() > STALL_LIMIT {
+                            return Err(Error::Amqp(format!(
                             "no delivery from queue {queue} for {} s although it reports ready messages ({} of {depth} read)",
                             STALL_LIMIT.as_secs(),
                             outcome.read
                         )));
+                        }
                     }
                 }
             }
-        }
-        Ok(())
-    })();
-    // Give everything back, oldest window first so that requeued messages keep their order.
-    let mut give_back: Result<()> = Ok(());
-    for window in windows {
-        let r = (|| -> Result<()> {
-            window.channel.basic_cancel(window.consumer.tag())?;
-            if strategy == RequeueStrategy::Reject {
-                give_back_in_order(
-                    &window.channel,
-                    control,
-                    queue,
-                    queue_type,
-                    &window.tags,
-                    GiveBack::RejectEach,
-                )?;
-            }
-            window.channel.close()
+            Ok(())
         })();
-        if give_back.is_ok() {
-            give_back = r;
+        // Give everything back, oldest window first so that requeued messages keep their order.
+        let mut give_back: Result<()> = Ok(());
+        for window in windows {
+            let r = (|| -> Result<()> {
+                window.channel.basic_cancel(window.consumer.tag())?;
+                if strategy == RequeueStrategy::Reject {
+                    give_back_in_order(
+                        &window.channel,
+                        control,
+                        queue,
+                        self.queue_type,
+                        &window.tags,
+                        GiveBack::RejectEach,
+                    )?;
+                }
+                window.channel.close()
+            })();
+            if give_back.is_ok() {
+                give_back = r;
+            }
         }
+        read?;
+        give_back
     }
-    read?;
-    give_back
 }
 
 fn open_window(conn: &Connection, queue: &str, size: u64, index: usize) -> Result<Window> {
@@ -229,52 +234,55 @@ fn queue_drained(
     Ok(false)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn read_by_get(
-    conn: &Connection,
-    control: &Channel,
-    queue: &str,
-    queue_type: QueueType,
-    depth: u64,
-    strategy: RequeueStrategy,
-    sink: &mut dyn FnMut(Delivery) -> Result<()>,
-    should_stop: &dyn Fn() -> Option<String>,
-    outcome: &mut ReadOutcome,
-) -> Result<()> {
-    let channel = conn.open_channel()?;
-    let mut tags: Vec<u64> = Vec::new();
-    let read = (|| -> Result<()> {
-        while outcome.read < depth {
-            if let Some(reason) = should_stop() {
-                return Err(Error::Connection(reason));
-            }
-            match channel.basic_get(queue, false)? {
-                Some(get) => {
-                    tags.push(get.delivery.delivery_tag);
-                    outcome.read += 1;
-                    sink(get.delivery)?;
+impl QueueRead<'_> {
+    /// `nack` and `get`: `basic.get` each message, then nack them all.
+    fn by_get(
+        &self,
+        sink: &mut dyn FnMut(Delivery) -> Result<()>,
+        outcome: &mut ReadOutcome,
+    ) -> Result<()> {
+        let (conn, control, queue, depth, strategy) = (
+            self.conn,
+            self.control,
+            self.queue,
+            self.depth,
+            self.strategy,
+        );
+        let channel = conn.open_channel()?;
+        let mut tags: Vec<u64> = Vec::new();
+        let read = (|| -> Result<()> {
+            while outcome.read < depth {
+                if let Some(reason) = (self.should_stop)() {
+                    return Err(Error::Connection(reason));
                 }
-                None => {
-                    log::warn!(
+                match channel.basic_get(queue, false)? {
+                    Some(get) => {
+                        tags.push(get.delivery.delivery_tag);
+                        outcome.read += 1;
+                        sink(get.delivery)?;
+                    }
+                    None => {
+                        log::warn!(
                         "queue {queue} held {depth} messages at start but only {} were left to read: another consumer took the rest",
                         outcome.read
                     );
-                    break;
+                        break;
+                    }
                 }
             }
-        }
-        Ok(())
-    })();
-    let give_back = (|| -> Result<()> {
-        let how = match strategy {
-            RequeueStrategy::Get => GiveBack::NackMultiple,
-            _ => GiveBack::NackEach,
-        };
-        give_back_in_order(&channel, control, queue, queue_type, &tags, how)?;
-        channel.close()
-    })();
-    read?;
-    give_back
+            Ok(())
+        })();
+        let give_back = (|| -> Result<()> {
+            let how = match strategy {
+                RequeueStrategy::Get => GiveBack::NackMultiple,
+                _ => GiveBack::NackEach,
+            };
+            give_back_in_order(&channel, control, queue, self.queue_type, &tags, how)?;
+            channel.close()
+        })();
+        read?;
+        give_back
+    }
 }
 
 /// How held deliveries are handed back.

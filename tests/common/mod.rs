@@ -128,7 +128,7 @@ impl Rng {
 /// is not valid UTF-8.
 pub fn every_header_type(i: u64) -> FieldTable {
     vec![
-        ("bool".into(), FieldValue::Bool(i % 2 == 0)),
+        ("bool".into(), FieldValue::Bool(i.is_multiple_of(2))),
         ("i8".into(), FieldValue::I8(-5)),
         ("u8".into(), FieldValue::U8(250)),
         ("i16".into(), FieldValue::I16(-30_000)),
