@@ -52,7 +52,10 @@ fn message(i: u64) -> (BasicProperties, Vec<u8>) {
         ),
         (
             "flags".into(),
-            FieldValue::Array(vec![FieldValue::Bool(i.is_multiple_of(2)), FieldValue::U8(7)]),
+            FieldValue::Array(vec![
+                FieldValue::Bool(i.is_multiple_of(2)),
+                FieldValue::U8(7),
+            ]),
         ),
         (
             "raw".into(),

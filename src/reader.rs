@@ -172,7 +172,11 @@ impl QueueRead<'_> {
             }
             Ok(())
         })();
-        // Give everything back, oldest window first so that requeued messages keep their order.
+        // Give everything back, oldest window first so that requeued messages keep their order,
+        // and wait until the broker shows them as ready again (quorum queues apply returns
+        // asynchronously), so that the run ends with the queue as it found it.
+        let held: u64 = windows.iter().map(|w| w.held).sum();
+        let ready_before = ready(control, queue);
         let mut give_back: Result<()> = Ok(());
         for window in windows {
             let r = (|| -> Result<()> {
@@ -191,6 +195,11 @@ impl QueueRead<'_> {
             })();
             if give_back.is_ok() {
                 give_back = r;
+            }
+        }
+        if let (Ok(()), Ok(before)) = (&give_back, ready_before) {
+            if held > 0 {
+                wait_until_ready(control, queue, before + held)?;
             }
         }
         read?;
@@ -310,7 +319,8 @@ const RETURN_WAIT: Duration = Duration::from_secs(30);
 /// Classic queues put a requeued message back at its original position, so everything goes at
 /// once. Quorum queues append returns in the order they are applied, so the returns go in
 /// chunks of [`QUORUM_RETURN_CHUNK`], each chunk seen back in the queue's ready count (passive
-/// declare on `control`) before the next is sent.
+/// declare on `control`) before the next is sent. Either way the call returns once the queue
+/// shows every message ready again (or after [`RETURN_WAIT`], with a warning).
 fn give_back_in_order(
     channel: &Channel,
     control: &Channel,
@@ -333,29 +343,46 @@ fn give_back_in_order(
             },
         }
     };
+    let ready_before = ready(control, queue)?;
     if queue_type != QueueType::Quorum {
-        return send(tags);
+        send(tags)?;
+        wait_until_ready(control, queue, ready_before + tags.len() as u64)?;
+        return Ok(());
     }
-    let ready_before = u64::from(control.queue_declare_passive(queue)?.message_count);
     let mut returned = 0u64;
     for chunk in tags.chunks(QUORUM_RETURN_CHUNK) {
         send(chunk)?;
         returned += chunk.len() as u64;
-        let started = Instant::now();
-        loop {
-            let ready = u64::from(control.queue_declare_passive(queue)?.message_count);
-            if ready >= ready_before + returned {
-                break;
-            }
-            if started.elapsed() > RETURN_WAIT {
-                log::warn!(
-                    "queue {queue}: returned messages did not show up as ready within {} s (another consumer may be taking them); its order may change",
-                    RETURN_WAIT.as_secs()
-                );
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if !wait_until_ready(control, queue, ready_before + returned)? {
+            return Ok(());
         }
     }
     Ok(())
+}
+
+/// Ready messages in `queue` now (passive declare).
+fn ready(control: &Channel, queue: &str) -> Result<u64> {
+    Ok(u64::from(
+        control.queue_declare_passive(queue)?.message_count,
+    ))
+}
+
+/// Waits, at most [`RETURN_WAIT`], until `queue` holds at least `at_least` ready messages:
+/// requeued messages are back. Returns false (with a warning) when they do not all show up,
+/// which happens when another consumer takes them meanwhile.
+fn wait_until_ready(control: &Channel, queue: &str, at_least: u64) -> Result<bool> {
+    let started = Instant::now();
+    loop {
+        if ready(control, queue)? >= at_least {
+            return Ok(true);
+        }
+        if started.elapsed() > RETURN_WAIT {
+            log::warn!(
+                "queue {queue}: the messages given back did not all show up as ready within {} s (another consumer may be taking them)",
+                RETURN_WAIT.as_secs()
+            );
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }

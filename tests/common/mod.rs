@@ -305,10 +305,30 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
         }
         channels.push((ch, consumer));
     }
+    let control = conn.open_channel().expect("channel");
+    let before = control
+        .queue_declare_passive(queue)
+        .expect("passive declare")
+        .message_count;
     for (ch, consumer) in channels {
         let _ = ch.basic_cancel(consumer.tag());
         let _ = ch.close();
     }
+    // Quorum queues apply returns asynchronously: wait until the messages are ready again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while (control
+        .queue_declare_passive(queue)
+        .expect("passive declare")
+        .message_count as usize)
+        < before as usize + n
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queue {queue}: peeked messages did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = control.close();
     out
 }
 
