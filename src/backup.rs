@@ -12,7 +12,7 @@
 
 use crate::amqp::{ConnectOptions, Connection};
 use crate::broker::QueueType;
-use crate::config::{BackupOptions, Config, SourceConfig};
+use crate::config::{BackupOptions, Config, RequeueStrategy, SourceConfig};
 use crate::definitions;
 use crate::error::{Error, Result};
 use crate::management::{ManagementClient, QueueInfo};
@@ -22,7 +22,7 @@ use crate::reader;
 use crate::record::{encode_record, BackupRecord};
 use crate::segment::{Compression, SegmentWriter};
 use crate::selection;
-use crate::spool::{sanitize, spawn_named, SpoolDir};
+use crate::spool::{spawn_named, unique_file, SpoolDir};
 use crate::storage::Storage;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
@@ -74,6 +74,12 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
     manifest.source_cluster = overview.cluster_name;
     manifest.broker_version = overview.broker_version;
     check_memory_headroom(&mgmt)?;
+    // A manifest with completed_at null first: a run that dies from here on reads as
+    // interrupted, and never leaves an older manifest in front of new segments.
+    storage.put_bytes(
+        &manifest::manifest_key(backup_id),
+        manifest.to_json_pretty()?.as_bytes(),
+    )?;
 
     let (queues, skipped) = select_queues(&mgmt, source)?;
     log::info!(
@@ -105,9 +111,14 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
 
     let mut first_error: Option<Error> = None;
     let mut failures = 0usize;
+    let mut skipped = skipped;
     for (info, result) in queues.iter().zip(results) {
         match result {
-            Ok(q) => manifest.queues.push(q),
+            Ok(Some(q)) => manifest.queues.push(q),
+            Ok(None) => skipped.push(format!(
+                "queue {} in vhost {} was deleted during the backup",
+                info.name, info.vhost
+            )),
             Err(e) => {
                 failures += 1;
                 log::error!("queue {} in vhost {} failed: {e}", info.name, info.vhost);
@@ -151,7 +162,7 @@ fn refuse_to_overwrite(storage: &dyn Storage, backup_id: &str) -> Result<()> {
     if storage.head(&key)?.is_some() {
         let existing = Manifest::from_json(&storage.get_bytes(&key)?)?;
         if existing.completed_at.is_some() {
-            return Err(Error::Storage(format!(
+            return Err(Error::Config(format!(
                 "backup {backup_id} already exists and is complete in {}; choose another backup_id",
                 storage.location()
             )));
@@ -222,6 +233,13 @@ fn select_queues(
             skipped.push(msg);
             continue;
         }
+        if drops_head(&q) {
+            log::warn!(
+                "queue {} in vhost {} has a length limit with overflow drop-head: messages published while the backup holds the queue can push out the oldest ones when they are given back",
+                q.name,
+                q.vhost
+            );
+        }
         chosen.push(q);
     }
     chosen.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
@@ -240,6 +258,28 @@ fn delivery_limit(q: &QueueInfo) -> Option<i64> {
         .get("x-delivery-limit")
         .or_else(|| q.effective_policy_definition.get("delivery-limit"))
         .and_then(|v| v.as_i64())
+        .filter(|limit| *limit > 0)
+}
+
+/// True when the queue has a length limit (`x-max-length[-bytes]` or the policy's
+/// `max-length[-bytes]`) and drops the head on overflow (the default). While a backup holds the
+/// messages unacknowledged they do not count against the limit (RabbitMQ "Queue Length
+/// Limit"), so new publishes can fill it and push the oldest out when they are given back.
+fn drops_head(q: &QueueInfo) -> bool {
+    let get = |arg: &str, policy: &str| {
+        q.arguments
+            .get(arg)
+            .or_else(|| q.effective_policy_definition.get(policy))
+            .cloned()
+    };
+    let limited = get("x-max-length", "max-length").is_some()
+        || get("x-max-length-bytes", "max-length-bytes").is_some();
+    let overflow = get("x-overflow", "overflow");
+    limited
+        && overflow
+            .as_ref()
+            .and_then(|v| v.as_str())
+            .is_none_or(|o| o == "drop-head")
 }
 
 /// What every queue thread shares.
@@ -259,7 +299,7 @@ fn run_queues(
     ctx: &QueueContext,
     storage: Arc<dyn Storage>,
     queues: &[QueueInfo],
-) -> Vec<Result<QueueBackup>> {
+) -> Vec<Result<Option<QueueBackup>>> {
     let workers = ctx
         .opts
         .max_concurrent_queues
@@ -267,7 +307,7 @@ fn run_queues(
         .min(queues.len().max(1));
     let (upload_tx, upload_rx) = bounded::<Upload>(workers * 2);
     let next = AtomicU64::new(0);
-    let results: Mutex<Vec<Option<Result<QueueBackup>>>> =
+    let results: Mutex<Vec<Option<Result<Option<QueueBackup>>>>> =
         Mutex::new((0..queues.len()).map(|_| None).collect());
     std::thread::scope(|s| {
         for _ in 0..workers.min(4) {
@@ -293,19 +333,31 @@ fn run_queues(
     });
     results
         .into_inner()
-        .unwrap_or_default()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(Error::Io("queue thread ended without a result".into()))))
         .collect()
 }
 
-/// Backs up one queue on its own AMQP connection.
+/// Backs up one queue on its own AMQP connection. `Ok(None)`: the queue was deleted after it
+/// was listed.
 fn backup_queue(
     ctx: &QueueContext,
     q: &QueueInfo,
     uploads: &Sender<Upload>,
-) -> Result<QueueBackup> {
+) -> Result<Option<QueueBackup>> {
     let kind = q.queue_type.unwrap_or(QueueType::Classic);
+    let mut strategy = ctx.opts.requeue_strategy;
+    if q.auto_delete && matches!(strategy, RequeueStrategy::Cancel | RequeueStrategy::Reject) {
+        // Cancelling the last consumer of an auto-delete queue deletes it, messages and all;
+        // basic.get registers no consumer.
+        log::info!(
+            "queue {} in vhost {} is auto-delete: read with basic.get instead of a consumer",
+            q.name,
+            q.vhost
+        );
+        strategy = RequeueStrategy::Get;
+    }
     let mut url = crate::amqp::AmqpUrl::parse(&ctx.source.amqp_url)?;
     url.vhost = q.vhost.clone();
     let mut options = ConnectOptions::new(url);
@@ -345,14 +397,7 @@ fn backup_queue(
                 )
             })
         };
-        let read = reader::read_queue(
-            &conn,
-            &q.name,
-            kind,
-            ctx.opts.requeue_strategy,
-            &mut sink,
-            &should_stop,
-        );
+        let read = reader::read_queue(&conn, &q.name, kind, strategy, &mut sink, &should_stop);
         if read.is_ok() && !batch.is_empty() {
             let _ = batch_tx.send(std::mem::take(&mut batch));
         }
@@ -365,6 +410,16 @@ fn backup_queue(
     let closed = conn.close();
     // A builder failure (storage, encoding) is the cause when the reader saw only a closed channel.
     let segments = match (read, built) {
+        (Err(Error::Amqp(m)), Ok(segments))
+            if segments.is_empty() && m.starts_with("NOT_FOUND - no queue") =>
+        {
+            log::warn!(
+                "queue {} in vhost {} was deleted after it was listed: skipped",
+                q.name,
+                q.vhost
+            );
+            return Ok(None);
+        }
         (Err(e), Ok(_)) => return Err(e),
         (_, Err(e)) => return Err(e),
         (Ok(outcome), Ok(segments)) => {
@@ -382,9 +437,9 @@ fn backup_queue(
     if let Err(e) = closed {
         log::debug!("closing connection of queue {}: {e}", q.name);
     }
-    Ok(QueueBackup::from_segments(
+    Ok(Some(QueueBackup::from_segments(
         &q.vhost, &q.name, kind, segments,
-    ))
+    )))
 }
 
 /// A full segment on its way to storage: the uploader finishes and stores it.
@@ -409,7 +464,6 @@ fn build_segments(
     let mut current: Option<(SegmentWriter, Instant)> = None;
     let mut sequence = 0u64;
     let mut pending: Vec<Receiver<Result<SegmentMetadata>>> = Vec::new();
-    let spool_name = format!("{}-{}", sanitize(&q.vhost), sanitize(&q.name));
 
     // Finishing a segment (last compressed block, header, SHA-256) happens on an uploader
     // thread, so reading and compressing go on meanwhile.
@@ -477,9 +531,7 @@ fn build_segments(
                 rotate(&mut current, &mut sequence, &mut pending)?;
             }
             if current.is_none() {
-                let path = ctx
-                    .spool
-                    .join(format!("{spool_name}-{:04}.rbak", sequence + 1));
+                let path = unique_file(ctx.spool, &format!("{}-{}", q.vhost, q.name));
                 current = Some((
                     SegmentWriter::create(&path, ctx.compression, ctx.opts.compression_level)?,
                     Instant::now(),

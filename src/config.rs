@@ -1123,6 +1123,23 @@ impl Config {
                 ));
             }
         }
+        let urls = [
+            (
+                "source.amqp_url",
+                self.source.as_ref().map(|s| s.amqp_url.as_str()),
+            ),
+            (
+                "target.amqp_url",
+                self.target.as_ref().map(|t| t.amqp_url.as_str()),
+            ),
+        ];
+        for (field, url) in urls {
+            if url.is_some_and(|u| u.starts_with("amqps://")) {
+                return Err(config_err(format!(
+                    "{field}: amqps (TLS) is not supported yet"
+                )));
+            }
+        }
         if self.offset_storage.is_some() {
             return Err(config_err("offset_storage is not supported yet"));
         }

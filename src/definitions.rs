@@ -34,10 +34,7 @@ pub fn export(
     let doc: Value = serde_json::from_slice(&raw)
         .map_err(|e| Error::Serialization(format!("definitions export is not JSON: {e}")))?;
     let count = |k: &str| doc.get(k).and_then(Value::as_array).map_or(0, Vec::len);
-    let key = format!(
-        "{backup_id}/definitions/definitions.json{}",
-        compression.extension()
-    );
+    let key = crate::manifest::definitions_key(backup_id, compression.extension());
     storage.put_bytes(&key, &compress(&raw, compression, level)?)?;
     log::info!(
         "definitions: {} vhosts, {} queues, {} exchanges, {} bindings stored in {key}",
@@ -82,7 +79,7 @@ pub fn import(
     opts: &RestoreOptions,
 ) -> Result<ImportSummary> {
     let compressed = storage.get_bytes(&entry.key)?;
-    let raw = decompress(&compressed, compression_of_key(&entry.key))?;
+    let raw = decompress(&compressed, Compression::from_key(&entry.key))?;
     let doc: Value = serde_json::from_slice(&raw).map_err(|e| {
         Error::Serialization(format!("definitions file {} is not JSON: {e}", entry.key))
     })?;
@@ -93,12 +90,12 @@ pub fn import(
         log::info!("definitions dry run: {summary:?}; nothing imported");
         return Ok(summary);
     }
-    let compression = compression_of_key(&entry.key);
+    let compression = Compression::from_key(&entry.key);
     let snapshot = mgmt.export_definitions()?;
-    let rollback_key = format!(
-        "{backup_id}/definitions/rollback-before-import-{}{}",
+    let rollback_key = crate::manifest::rollback_definitions_key(
+        backup_id,
         crate::now_ms(),
-        compression.extension()
+        compression.extension(),
     );
     storage.put_bytes(&rollback_key, &compress(&snapshot, compression, 3)?)?;
     log::info!("target definitions saved to {rollback_key} before the import");
@@ -114,17 +111,6 @@ pub fn import(
         summary.bindings
     );
     Ok(summary)
-}
-
-/// The compression of a stored file, from its extension (`.zst`, `.lz4`, none).
-fn compression_of_key(key: &str) -> Compression {
-    if key.ends_with(".zst") {
-        Compression::Zstd
-    } else if key.ends_with(".lz4") {
-        Compression::Lz4
-    } else {
-        Compression::None
-    }
 }
 
 fn summarize(doc: &Value) -> ImportSummary {
@@ -238,10 +224,18 @@ pub fn select(mut doc: Value, sel: &DefinitionsSelection) -> Result<Value> {
             a.retain(|v| !entity_mode && in_vhost(v));
         }
     }
-    for k in ["users", "global_parameters"] {
-        if let Some(a) = array_mut(&mut doc, k) {
-            a.clear();
-        }
+    // Users: only those the kept permissions name (vhost selection), so that the import can
+    // grant them; global parameters belong to the whole cluster and are left out.
+    let users: BTreeSet<String> = doc
+        .get("permissions")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|p| str_field(p, "user").to_string()).collect())
+        .unwrap_or_default();
+    if let Some(a) = array_mut(&mut doc, "users") {
+        a.retain(|u| users.contains(str_field(u, "name")));
+    }
+    if let Some(a) = array_mut(&mut doc, "global_parameters") {
+        a.clear();
     }
     Ok(doc)
 }
@@ -386,7 +380,12 @@ mod tests {
         assert_eq!(doc["bindings"].as_array().unwrap().len(), 1);
         assert_eq!(doc["policies"].as_array().unwrap().len(), 1);
         assert_eq!(doc["permissions"].as_array().unwrap().len(), 1);
-        assert!(doc["users"].as_array().unwrap().is_empty());
+        assert_eq!(
+            names(&doc, "users"),
+            vec!["guest"],
+            "the user the permissions name"
+        );
+        assert!(doc["global_parameters"].as_array().unwrap().is_empty());
     }
 
     #[test]

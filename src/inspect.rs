@@ -414,13 +414,7 @@ fn check_definitions(
             Some(_) => Ok(()),
         };
     }
-    let compression = if d.key.ends_with(".zst") {
-        crate::segment::Compression::Zstd
-    } else if d.key.ends_with(".lz4") {
-        crate::segment::Compression::Lz4
-    } else {
-        crate::segment::Compression::None
-    };
+    let compression = crate::segment::Compression::from_key(&d.key);
     let raw = crate::definitions::decompress(&storage.get_bytes(&d.key)?, compression)?;
     serde_json::from_slice::<serde_json::Value>(&raw)
         .map_err(|e| Error::Serialization(format!("definitions file is not JSON: {e}")))?;

@@ -32,6 +32,8 @@ const DEFINITIONS_TIMEOUT: Duration = Duration::from_secs(300);
 const PAGE_SIZE: u32 = 500;
 /// Largest response body read (definitions of very large brokers), in bytes.
 const MAX_BODY_BYTES: u64 = 1 << 30;
+/// Attempts of one idempotent API call that fails transiently.
+const ATTEMPTS: u32 = 3;
 /// Columns requested from `/api/queues` to keep the payload small.
 const QUEUE_COLUMNS: &str = "vhost,name,type,messages,messages_ready,messages_unacknowledged,\
 durable,auto_delete,exclusive,arguments,policy,effective_policy_definition";
@@ -215,7 +217,7 @@ impl std::fmt::Debug for ManagementClient {
 }
 
 /// HTTP methods used by the client.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Method {
     Get,
     Put,
@@ -272,7 +274,45 @@ impl ManagementClient {
     ///
     /// `path` starts with `/api/` and is already percent-encoded; `query` (without `?`) is appended.
     /// `ok_404` makes a 404 a success (returned as status 404 with an empty body).
+    /// One API call, retried up to [`ATTEMPTS`] times with backoff when it is idempotent (not
+    /// POST) and failed transiently: no answer, or a 5xx to a GET (the broker answers 500 to
+    /// `GET /api/queues` while a vhost is being deleted), 502/503/504 to PUT and DELETE.
     fn request(
+        &self,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        body: Option<&[u8]>,
+        timeout: Duration,
+        ok_404: bool,
+    ) -> Result<(u16, Vec<u8>)> {
+        let mut attempt = 1;
+        loop {
+            let result = self.request_once(method, path, query, body, timeout, ok_404);
+            let transient = match &result {
+                Err(Error::Management(m)) if method != Method::Post => {
+                    m.starts_with("error sending request")
+                        || (method == Method::Get && m.starts_with("HTTP 5"))
+                        || ["HTTP 502", "HTTP 503", "HTTP 504"]
+                            .iter()
+                            .any(|p| m.starts_with(p))
+                }
+                _ => false,
+            };
+            if !transient || attempt >= ATTEMPTS {
+                return result;
+            }
+            let delay =
+                Duration::from_millis(250 * (1 << attempt) + (crate::now_ms() % 100) as u64);
+            if let Err(e) = &result {
+                log::warn!("{e}; retrying in {} ms", delay.as_millis());
+            }
+            std::thread::sleep(delay);
+            attempt += 1;
+        }
+    }
+
+    fn request_once(
         &self,
         method: Method,
         path: &str,

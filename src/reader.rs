@@ -157,30 +157,36 @@ impl QueueRead<'_> {
                         sink(delivery)?;
                     }
                     None => {
-                        if queue_drained(control, queue, outcome, depth)? {
+                        if queue_drained(control, queue, windows.len() as u32, outcome, depth)? {
                             break;
                         }
                         if last_delivery.elapsed() > STALL_LIMIT {
                             return Err(Error::Amqp(format!(
-                            "no delivery from queue {queue} for {} s although it reports ready messages ({} of {depth} read)",
-                            STALL_LIMIT.as_secs(),
-                            outcome.read
-                        )));
+                                "no delivery from queue {queue} for {} s ({} of {depth} messages read); the backup of this queue is incomplete",
+                                STALL_LIMIT.as_secs(),
+                                outcome.read
+                            )));
                         }
                     }
                 }
             }
             Ok(())
         })();
-        // Give everything back, oldest window first so that requeued messages keep their order,
-        // and wait until the broker shows them as ready again (quorum queues apply returns
-        // asynchronously), so that the run ends with the queue as it found it.
-        let held: u64 = windows.iter().map(|w| w.held).sum();
-        let ready_before = ready(control, queue);
+        // Give everything back. First every consumer is cancelled (newest first), so that no
+        // consumer of ours receives what the others return; then each window's deliveries go
+        // back, oldest first, each window seen back in the queue before the next (quorum
+        // queues apply returns asynchronously, and in order only one batch at a time).
         let mut give_back: Result<()> = Ok(());
+        for window in windows.iter().rev() {
+            if let Err(e) = window.channel.basic_cancel(window.consumer.tag()) {
+                give_back = give_back.and(Err(e));
+            }
+        }
+        let ready_before = ready(control, queue);
+        let mut returned = 0u64;
         for window in windows {
+            returned += window.held;
             let r = (|| -> Result<()> {
-                window.channel.basic_cancel(window.consumer.tag())?;
                 if strategy == RequeueStrategy::Reject {
                     give_back_in_order(
                         &window.channel,
@@ -191,15 +197,14 @@ impl QueueRead<'_> {
                         GiveBack::RejectEach,
                     )?;
                 }
-                window.channel.close()
+                window.channel.close()?;
+                if let Ok(before) = &ready_before {
+                    wait_until_ready(control, queue, before + returned)?;
+                }
+                Ok(())
             })();
             if give_back.is_ok() {
                 give_back = r;
-            }
-        }
-        if let (Ok(()), Ok(before)) = (&give_back, ready_before) {
-            if held > 0 {
-                wait_until_ready(control, queue, before + held)?;
             }
         }
         read?;
@@ -224,16 +229,19 @@ fn open_window(conn: &Connection, queue: &str, size: u64, index: usize) -> Resul
     })
 }
 
-/// True when the queue has no ready message left for us: it shrank while we read (another
-/// consumer took messages). The read then ends with what it holds.
+/// True when the queue has no ready message left for us *and* another consumer exists (it
+/// took the rest while we read): the read then ends with what it holds. With no other
+/// consumer, messages not yet delivered are on their way to ours (a consumer's window is the
+/// whole remaining depth), so the read goes on waiting.
 fn queue_drained(
     control: &Channel,
     queue: &str,
+    our_consumers: u32,
     outcome: &ReadOutcome,
     depth: u64,
 ) -> Result<bool> {
-    let ready = control.queue_declare_passive(queue)?.message_count;
-    if ready == 0 {
+    let ok = control.queue_declare_passive(queue)?;
+    if ok.message_count == 0 && ok.consumer_count > our_consumers {
         log::warn!(
             "queue {queue} held {depth} messages at start but only {} were left to read: another consumer took the rest",
             outcome.read
@@ -311,6 +319,9 @@ enum GiveBack {
 /// each applied before the next was sent, kept the order).
 const QUORUM_RETURN_CHUNK: usize = 30;
 
+/// How long the ready count may stay flat while returned messages are awaited.
+const RETURN_STALL: Duration = Duration::from_secs(2);
+
 /// How long one chunk of returns may take to show up as ready messages again.
 const RETURN_WAIT: Duration = Duration::from_secs(30);
 
@@ -367,22 +378,28 @@ fn ready(control: &Channel, queue: &str) -> Result<u64> {
     ))
 }
 
-/// Waits, at most [`RETURN_WAIT`], until `queue` holds at least `at_least` ready messages:
-/// requeued messages are back. Returns false (with a warning) when they do not all show up,
-/// which happens when another consumer takes them meanwhile.
+/// Waits until `queue` holds at least `at_least` ready messages: requeued messages are back.
+/// Returns false, with a warning, when they do not all show up: when the ready count stops
+/// growing for [`RETURN_STALL`] (another consumer is taking them) or after [`RETURN_WAIT`].
 fn wait_until_ready(control: &Channel, queue: &str, at_least: u64) -> Result<bool> {
     let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    let (mut last, mut last_change) = (0u64, Instant::now());
     loop {
-        if ready(control, queue)? >= at_least {
+        let ready = ready(control, queue)?;
+        if ready >= at_least {
             return Ok(true);
         }
-        if started.elapsed() > RETURN_WAIT {
+        if ready != last {
+            (last, last_change) = (ready, Instant::now());
+        }
+        if last_change.elapsed() > RETURN_STALL || started.elapsed() > RETURN_WAIT {
             log::warn!(
-                "queue {queue}: the messages given back did not all show up as ready within {} s (another consumer may be taking them)",
-                RETURN_WAIT.as_secs()
+                "queue {queue}: {ready} messages ready, {at_least} expected once the backup gave them back; another consumer may be taking them, so the order of the queue may change"
             );
             return Ok(false);
         }
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }

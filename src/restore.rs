@@ -18,8 +18,8 @@ use crate::error::{Error, Result};
 use crate::management::ManagementClient;
 use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
 use crate::record::{decode_record, BackupRecord};
-use crate::segment::SegmentReader;
-use crate::spool::{spawn_named, SpoolDir};
+use crate::segment::{sha256_file, SegmentReader};
+use crate::spool::{spawn_named, unique_file, SpoolDir};
 use crate::storage::Storage;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -147,8 +147,9 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
     let url = AmqpUrl::parse(&target.amqp_url)?;
     let jobs: Vec<(usize, &QueueBackup)> = manifest.queues.iter().enumerate().collect();
     let next = AtomicU64::new(0);
-    let results: Mutex<Vec<Option<Result<QueueRestore>>>> =
-        Mutex::new((0..jobs.len()).map(|_| None).collect());
+    // Per queue, in manifest order: its entry (counts so far) and how its restore ended.
+    type Outcome = Option<(QueueRestore, Result<()>)>;
+    let results: Mutex<Vec<Outcome>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let workers = opts.max_concurrent_queues.max(1).min(jobs.len().max(1));
     std::thread::scope(|s| {
         for _ in 0..workers {
@@ -166,10 +167,9 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
                     &limiter,
                     backup,
                     &mut entry,
-                )
-                .map(|()| entry);
+                );
                 if let Ok(mut all) = results.lock() {
-                    all[*index] = Some(r);
+                    all[*index] = Some((entry, r));
                 }
             });
         }
@@ -177,13 +177,14 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
     let mut first_error = None;
     for (i, r) in results
         .into_inner()
-        .unwrap_or_default()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
         .into_iter()
         .enumerate()
     {
         match r {
-            Some(Ok(q)) => summary.queues[i] = q,
-            Some(Err(e)) => {
+            Some((q, Ok(()))) => summary.queues[i] = q,
+            Some((q, Err(e))) => {
+                summary.queues[i] = q;
                 let q = &summary.queues[i];
                 log::error!(
                     "queue {} in vhost {} failed: {e}",
@@ -200,6 +201,14 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
     }
     summary.elapsed = started.elapsed();
     if let Some(e) = first_error {
+        for q in summary.queues.iter().filter(|q| q.published > 0) {
+            log::error!(
+                "queue {} in vhost {}: {} message(s) were published before the restore failed; a rerun publishes them again",
+                q.target_queue,
+                q.target_vhost,
+                q.published
+            );
+        }
         return Err(e);
     }
     let failed = summary.failed();
@@ -328,6 +337,14 @@ fn restore_queue(
     backup: &QueueBackup,
     entry: &mut QueueRestore,
 ) -> Result<()> {
+    if entry.segments == 0 {
+        log::info!(
+            "queue {} in vhost {}: nothing to publish",
+            entry.source_queue,
+            entry.source_vhost
+        );
+        return Ok(());
+    }
     let mut url = url.clone();
     url.vhost = entry.target_vhost.clone();
     let mut options = ConnectOptions::new(url);
@@ -375,9 +392,12 @@ fn restore_queue(
     entry.outside_window = outside_window.load(Ordering::Relaxed);
     published?;
     decoded?;
-    if opts.publisher_confirms {
-        settle(&channel, 0, entry)?;
+    if !opts.publisher_confirms {
+        // Without confirms, a synchronous round trip guarantees that every basic.return of
+        // the publishes before it has arrived.
+        channel.basic_qos(0, false)?;
     }
+    settle(&channel, 0, entry)?;
     channel.close()?;
     conn.close()?;
     log::info!(
@@ -391,11 +411,6 @@ fn restore_queue(
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-fn unique() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Fetches each segment of `backup` that meets the time window into a spool file, verifies
@@ -414,12 +429,10 @@ fn decode_segments(
         .iter()
         .filter(|s| segment_in_window(s, opts))
     {
-        let path = spool.join(format!("restore-{}-{}.rbak", std::process::id(), unique()));
+        let path = unique_file(spool, &segment.key);
         let result = (|| -> Result<()> {
             storage.get_to_file(&segment.key, &path)?;
-            let reader = SegmentReader::open(&path).map_err(|e| {
-                Error::Serialization(format!("{} (segment {})", e.message(), segment.key))
-            })?;
+            let reader = verified_segment(&path, segment)?;
             log::debug!(
                 "segment {}: {} records",
                 segment.key,
@@ -454,6 +467,30 @@ fn decode_segments(
     Ok(())
 }
 
+/// Opens a fetched segment and checks it against the manifest before anything of it is
+/// published: CRC32 (in `SegmentReader::open`), SHA-256 and record count, so a segment that
+/// is not the one the backup wrote (a leftover of another run, a damaged file) is refused.
+fn verified_segment(path: &Path, segment: &SegmentMetadata) -> Result<SegmentReader> {
+    let with_key =
+        |e: Error| Error::Serialization(format!("{} (segment {})", e.message(), segment.key));
+    let reader = SegmentReader::open(path).map_err(with_key)?;
+    let sha = sha256_file(path)?;
+    if sha != segment.checksum {
+        return Err(with_key(Error::Serialization(format!(
+            "SHA-256 mismatch: expected {}, got {sha}",
+            segment.checksum
+        ))));
+    }
+    if reader.header().record_count != segment.record_count {
+        return Err(with_key(Error::Serialization(format!(
+            "Expected {} records but found {}",
+            segment.record_count,
+            reader.header().record_count
+        ))));
+    }
+    Ok(reader)
+}
+
 /// Publishes the decoded records as they arrive, keeping at most `window` unconfirmed.
 fn publish_records(
     channel: &Channel,
@@ -471,8 +508,10 @@ fn publish_records(
             limiter.acquire();
             channel.basic_publish(&exchange, &routing_key, true, &properties, &body)?;
             entry.published += 1;
-            if opts.publisher_confirms && channel.outstanding_confirms() >= window {
+            if channel.outstanding_confirms() >= window {
                 settle(channel, window / 2, entry)?;
+            } else if !opts.publisher_confirms && entry.published.is_multiple_of(window) {
+                settle(channel, 0, entry)?; // collects the returns so far, waits for nothing
             }
         }
     }
@@ -506,6 +545,7 @@ fn target_of<'a>(
 /// Waits until at most `max_outstanding` publishes are unconfirmed and counts the outcome:
 /// nacks and returns are failures, every other settled publish is confirmed.
 fn settle(channel: &Channel, max_outstanding: u64, entry: &mut QueueRestore) -> Result<()> {
+    let confirm_mode = channel.confirm_mode();
     let status = channel.wait_for_confirms(max_outstanding, CONFIRM_TIMEOUT)?;
     for r in &status.returned {
         log::error!(
@@ -524,8 +564,10 @@ fn settle(channel: &Channel, max_outstanding: u64, entry: &mut QueueRestore) -> 
         );
     }
     entry.failed += nacked + status.returned.len() as u64;
-    let settled = entry.published - channel.outstanding_confirms();
-    entry.confirmed = settled.saturating_sub(entry.failed);
+    if confirm_mode {
+        let settled = entry.published - channel.outstanding_confirms();
+        entry.confirmed = settled.saturating_sub(entry.failed);
+    }
     Ok(())
 }
 

@@ -50,6 +50,19 @@ pub enum Compression {
     Lz4,
 }
 
+impl Compression {
+    /// The compression of a stored file, from its extension (`.zst`, `.lz4`, none).
+    pub fn from_key(key: &str) -> Compression {
+        if key.ends_with(".zst") {
+            Compression::Zstd
+        } else if key.ends_with(".lz4") {
+            Compression::Lz4
+        } else {
+            Compression::None
+        }
+    }
+}
+
 impl From<crate::config::CompressionKind> for Compression {
     fn from(kind: crate::config::CompressionKind) -> Self {
         match kind {
@@ -233,7 +246,14 @@ impl SegmentWriter {
         level: i32,
     ) -> Result<SegmentWriter> {
         let mut file =
-            File::create(spool_path).map_err(|e| io_err("Failed to create", spool_path, e))?;
+            // create_new: a spool file is never shared; an existing one is a bug, not data to
+            // truncate.
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(spool_path)
+                .map_err(|e| io_err("Failed to create", spool_path, e))?;
         file.write_all(&[0u8; HEADER_LEN as usize])
             .map_err(|e| io_err("Failed to write", spool_path, e))?;
         let crc = CrcWriter {

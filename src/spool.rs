@@ -7,8 +7,9 @@ use crate::error::{Error, Result};
 use crate::now_ms;
 use std::path::{Path, PathBuf};
 
-/// Keeps a file name component to `[A-Za-z0-9._-]` (spool file names only; storage keys are
-/// escaped by `manifest::segment_key`).
+/// Keeps a file name component to `[A-Za-z0-9_-]`, at most 40 characters (readable spool
+/// file names only: [`unique_file`] makes them unique; storage keys are escaped by
+/// `manifest::segment_key`).
 pub fn sanitize(name: &str) -> String {
     let s: String = name
         .chars()
@@ -26,6 +27,14 @@ pub fn sanitize(name: &str) -> String {
     } else {
         s
     }
+}
+
+/// A path in `dir` that no other spool file of this process uses: a process-wide counter
+/// followed by the readable `hint` (sanitized), e.g. `17-orders_eu.rbak`.
+pub fn unique_file(dir: &Path, hint: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    dir.join(format!("{n}-{}.rbak", sanitize(hint)))
 }
 
 /// A private local directory for segments being compressed; removed on drop.

@@ -428,3 +428,97 @@ fn a_failed_queue_leaves_an_interrupted_manifest_and_every_message_in_place() {
     let out = run_cli(&["list", "--path", &url]);
     assert!(text(&out).0.contains("interrupted"), "{:?}", text(&out));
 }
+
+#[test]
+fn auto_delete_queue_survives_its_backup() {
+    let vh = TestVhost::new("autodelete");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("transient", false, false, true, &FieldTable::new())
+        .unwrap();
+    let msgs = diverse_messages(25, 6, false);
+    publish(&ch, "transient", &msgs);
+    let dir = TempDir::new("autodelete");
+    let store = dir.path().join("store");
+    // The default strategy (cancel) would delete the queue when its consumer goes.
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("ad", &vh.name, &store, ""),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert_eq!(manifest(&store, "ad").queues[0].message_count, 25);
+    assert_eq!(
+        depth(&conn, "transient"),
+        25,
+        "the auto-delete queue is still there, whole"
+    );
+    let ch2 = conn.open_channel().unwrap();
+    let got = ch2
+        .basic_get("transient", false)
+        .unwrap()
+        .expect("a message");
+    assert_eq!(got.delivery.body, msgs[0].body);
+}
+
+#[test]
+fn unroutable_messages_fail_the_restore_even_without_confirms() {
+    let vh = TestVhost::new("unroutable");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.exchange_declare("events", "direct", true, false, &FieldTable::new())
+        .unwrap();
+    declare(&ch, "sink", "classic", FieldTable::new());
+    ch.queue_bind("sink", "events", "k", &FieldTable::new())
+        .unwrap();
+    publish_via(&ch, "events", "k", &diverse_messages(12, 9, false));
+    let dir = TempDir::new("unroutable");
+    let store = dir.path().join("store");
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("u", &vh.name, &store, ""),
+    );
+    assert_eq!(
+        run_cli(&["backup", "--config", &cfg]).status.code(),
+        Some(0)
+    );
+
+    // The target has the exchange but no binding: every message comes back.
+    let target = vh.sibling("target");
+    management().create_vhost(&target).unwrap();
+    management().set_permissions(&target, "guest").unwrap();
+    let tconn = connect(&target);
+    tconn
+        .open_channel()
+        .unwrap()
+        .exchange_declare("events", "direct", true, false, &FieldTable::new())
+        .unwrap();
+    for confirms in [false, true] {
+        let r = write_config(
+            dir.path(),
+            &format!("r-{confirms}.yaml"),
+            &restore_yaml(
+                "u",
+                &store,
+                &format!(
+                    "  publish_mode: exchange\n  restore_definitions: false\n  publisher_confirms: {confirms}\n  vhost_mapping:\n    \"{}\": \"{target}\"\n",
+                    vh.name
+                ),
+            ),
+        );
+        let out = run_cli(&["restore", "--config", &r]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "confirms {confirms}: {stdout}{stderr}"
+        );
+        assert!(
+            stderr.contains("AMQP error: 12 message(s) were not accepted by the target broker"),
+            "confirms {confirms}: {stderr}"
+        );
+        assert!(stderr.contains("312 NO_ROUTE"), "{stderr}");
+    }
+}

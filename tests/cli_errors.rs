@@ -104,8 +104,14 @@ fn broker_errors_name_the_cause_and_hide_the_password() {
     assert_eq!(run_cli(&["backup", "--config", &b]).status.code(), Some(0));
     // A second backup with the same id is refused: a complete backup is never overwritten.
     let out = run_cli(&["backup", "--config", &b]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).1.contains("already exists"), "{:?}", text(&out));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out)
+            .1
+            .starts_with("Configuration error: backup x already exists"),
+        "{:?}",
+        text(&out)
+    );
 
     let (code, out, err) = run_yaml(&dir, "restore", &yaml);
     assert_eq!(code, Some(1), "{out}{err}");

@@ -1889,6 +1889,11 @@ impl Channel {
         Ok(())
     }
 
+    /// True once `confirm.select` succeeded on this channel.
+    pub fn confirm_mode(&self) -> bool {
+        lock(&self.chan.state).confirm_mode
+    }
+
     /// `basic.publish`. Returns the publish sequence number (1-based) in confirm mode, else 0.
     /// The body is split by the negotiated frame_max; method, header and body frames go out in
     /// one write call. While the broker blocks the connection (`connection.blocked`) this
