@@ -189,7 +189,7 @@ pub fn main() -> i32 {
                     0
                 }
                 Err(()) => {
-                    eprintln!("{}", early.output.trim_end());
+                    eprintln!("Configuration error: {}", early.output.trim_end());
                     eprintln!("Run {name} --help for usage.");
                     2
                 }

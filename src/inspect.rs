@@ -317,8 +317,10 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
         ));
     }
     if let Some(d) = &m.definitions {
-        if let Err(e) = check_definitions(storage, d, deep) {
-            problems.push(problem(&d.key, e));
+        match check_definitions(storage, d, deep) {
+            Err(e) if !is_damage(&e) => return Err(e),
+            Err(e) => problems.push(problem(&d.key, e)),
+            Ok(()) => {}
         }
     }
     let spool = if deep {
@@ -345,12 +347,24 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
             };
             match checked {
                 Ok(records) => report.records_checked += records,
+                // Storage that cannot be read is no proof of damage: the run fails (exit 1).
+                Err(e) if !is_damage(&e) => return Err(e),
                 Err(e) => problems.push(problem(&s.key, e)),
             }
         }
     }
     report.problems = problems;
     Ok(report)
+}
+
+/// True for errors that show a damaged or missing object; false for failures to reach the
+/// storage (network, permissions), which say nothing about the backup.
+fn is_damage(e: &Error) -> bool {
+    match e {
+        Error::Storage(m) => m.starts_with("Key not found") || m.starts_with("size is"),
+        Error::Serialization(_) | Error::Compression(_) | Error::Manifest(_) => true,
+        _ => false,
+    }
 }
 
 fn report_problem(key: &str, e: &Error) {
