@@ -174,8 +174,9 @@ impl QueueRead<'_> {
         })();
         // Give everything back. First every consumer is cancelled (newest first), so that no
         // consumer of ours receives what the others return; then each window's deliveries go
-        // back, oldest first, each window seen back in the queue before the next (quorum
-        // queues apply returns asynchronously, and in order only one batch at a time).
+        // back, oldest first; on a quorum queue each window is seen back in the queue before
+        // the next goes (returns are applied asynchronously, in order only one batch at a
+        // time). Classic queues put requeued messages back in their places.
         let mut give_back: Result<()> = Ok(());
         for window in windows.iter().rev() {
             if let Err(e) = window.channel.basic_cancel(window.consumer.tag()) {
@@ -184,8 +185,10 @@ impl QueueRead<'_> {
         }
         let ready_before = ready(control, queue);
         let mut returned = 0u64;
-        for window in windows {
+        let count = windows.len();
+        for (i, window) in windows.into_iter().enumerate() {
             returned += window.held;
+            let more = i + 1 < count && self.queue_type == QueueType::Quorum;
             let r = (|| -> Result<()> {
                 if strategy == RequeueStrategy::Reject {
                     give_back_in_order(
@@ -198,7 +201,7 @@ impl QueueRead<'_> {
                     )?;
                 }
                 window.channel.close()?;
-                if let Ok(before) = &ready_before {
+                if let (true, Ok(before)) = (more, &ready_before) {
                     wait_until_ready(control, queue, before + returned)?;
                 }
                 Ok(())
@@ -330,8 +333,7 @@ const RETURN_WAIT: Duration = Duration::from_secs(30);
 /// Classic queues put a requeued message back at its original position, so everything goes at
 /// once. Quorum queues append returns in the order they are applied, so the returns go in
 /// chunks of [`QUORUM_RETURN_CHUNK`], each chunk seen back in the queue's ready count (passive
-/// declare on `control`) before the next is sent. Either way the call returns once the queue
-/// shows every message ready again (or after [`RETURN_WAIT`], with a warning).
+/// declare on `control`) before the next is sent.
 fn give_back_in_order(
     channel: &Channel,
     control: &Channel,
@@ -354,12 +356,10 @@ fn give_back_in_order(
             },
         }
     };
-    let ready_before = ready(control, queue)?;
     if queue_type != QueueType::Quorum {
-        send(tags)?;
-        wait_until_ready(control, queue, ready_before + tags.len() as u64)?;
-        return Ok(());
+        return send(tags);
     }
+    let ready_before = ready(control, queue)?;
     let mut returned = 0u64;
     for chunk in tags.chunks(QUORUM_RETURN_CHUNK) {
         send(chunk)?;

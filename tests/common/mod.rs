@@ -332,15 +332,27 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
     out
 }
 
-/// Ready messages in `queue` (passive declare).
+/// Ready messages in `queue` (passive declare) once the count has settled: messages given
+/// back by a consumer that just closed take a moment to be ready again, so the count must stay
+/// the same for 300 ms (at most 30 s).
 pub fn depth(conn: &Connection, queue: &str) -> u32 {
     let ch = conn.open_channel().expect("channel");
-    let n = ch
-        .queue_declare_passive(queue)
-        .expect("passive declare")
-        .message_count;
+    let read = || {
+        ch.queue_declare_passive(queue)
+            .expect("passive declare")
+            .message_count
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (mut last, mut since) = (read(), std::time::Instant::now());
+    while since.elapsed() < Duration::from_millis(300) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        let n = read();
+        if n != last {
+            (last, since) = (n, std::time::Instant::now());
+        }
+    }
     let _ = ch.close();
-    n
+    last
 }
 
 /// Headers sorted by key, without the broker's own `x-delivery-count` (quorum queues add it on
