@@ -212,6 +212,7 @@ fn main() {
             round + 1
         );
         raw_reads.push(rate(n, raw_read(&sconn, "bench", n)));
+        println!("    {:.0} msg/s", raw_reads[round]);
         std::thread::sleep(Duration::from_secs(1));
         let cfg = work.join(format!("backup-{round}.yaml"));
         std::fs::write(
@@ -225,6 +226,7 @@ fn main() {
         println!("round {}: rmq-backup backup ...", round + 1);
         let (t, rss) = run_tool(&bin, &["backup", "--config", cfg.to_str().unwrap()]);
         backups.push(rate(n, t));
+        println!("    {:.0} msg/s", backups[round]);
         backup_rss = backup_rss.max(rss);
     }
     drop(sconn);
@@ -252,6 +254,7 @@ fn main() {
             round + 1
         );
         raw_pubs.push(rate(n, publish(&rconn, "bench", n, size, text)));
+        println!("    {:.0} msg/s", raw_pubs[round]);
         let _ = mgmt.delete_queue(raw, "bench");
         drop(rconn);
         std::thread::sleep(Duration::from_secs(1));
@@ -261,6 +264,7 @@ fn main() {
             &["restore", "--config", restore_cfg.to_str().unwrap()],
         );
         restores.push(rate(n, t));
+        println!("    {:.0} msg/s", restores[round]);
         restore_rss = restore_rss.max(rss);
         let _ = mgmt.delete_queue(dst, "bench");
     }
