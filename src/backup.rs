@@ -36,7 +36,9 @@ const BATCH_RECORDS: usize = 512;
 /// Body bytes per batch handed from a queue thread to its segment builder.
 const BATCH_BYTES: usize = 1 << 20;
 /// Batches in flight between a queue thread and its segment builder.
-const BATCH_CHANNEL: usize = 4;
+const BATCH_CHANNEL: usize = 8;
+/// Deliveries buffered between a queue's AMQP connection and its queue thread.
+const CONSUMER_BUFFER: usize = 512;
 /// Attempts of one segment upload (transient errors only).
 const UPLOAD_ATTEMPTS: u32 = 4;
 
@@ -362,6 +364,10 @@ fn backup_queue(
     url.vhost = q.vhost.clone();
     let mut options = ConnectOptions::new(url);
     options.connection_name = format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name);
+    // A deeper delivery buffer absorbs the segment builder's pauses (a compressed chunk, a
+    // rotation) without stalling the broker; batches are bounded by bytes too, so large
+    // messages still hold at most ~8 MiB here.
+    options.consumer_buffer = CONSUMER_BUFFER;
     let conn = Connection::open(&options)?;
     log::info!("queue {} in vhost {}: backing up", q.name, q.vhost);
 
