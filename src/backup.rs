@@ -78,12 +78,9 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
     check_memory_headroom(&mgmt)?;
     // A manifest with completed_at null first: a run that dies from here on reads as
     // interrupted, and never leaves an older manifest in front of new segments.
-    storage.put_bytes(
-        &manifest::manifest_key(backup_id),
-        manifest.to_json_pretty()?.as_bytes(),
-    )?;
+    write_manifest(storage.as_ref(), &manifest)?;
 
-    let (queues, skipped) = select_queues(&mgmt, source)?;
+    let (queues, mut skipped) = select_queues(&mgmt, source)?;
     log::info!(
         "backup {backup_id}: {} queue(s) selected, {} skipped",
         queues.len(),
@@ -113,7 +110,6 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
 
     let mut first_error: Option<Error> = None;
     let mut failures = 0usize;
-    let mut skipped = skipped;
     for (info, result) in queues.iter().zip(results) {
         match result {
             Ok(Some(q)) => manifest.queues.push(q),
@@ -135,10 +131,7 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
     if first_error.is_none() {
         manifest.completed_at = Some(now_ms());
     }
-    storage.put_bytes(
-        &manifest::manifest_key(backup_id),
-        manifest.to_json_pretty()?.as_bytes(),
-    )?;
+    write_manifest(storage.as_ref(), &manifest)?;
 
     if let Some(e) = first_error {
         log::error!(
@@ -156,6 +149,13 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
         skipped,
         elapsed: started.elapsed(),
     })
+}
+
+fn write_manifest(storage: &dyn Storage, manifest: &Manifest) -> Result<()> {
+    storage.put_bytes(
+        &manifest::manifest_key(&manifest.backup_id),
+        manifest.to_json_pretty()?.as_bytes(),
+    )
 }
 
 /// A completed backup is never overwritten: its segments are the only copy of the messages.
