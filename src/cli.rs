@@ -14,7 +14,11 @@ use std::sync::Arc;
 /// Back up the queues and topology of a RabbitMQ broker to storage, and restore them
 /// byte for byte.
 #[derive(FromArgs, Debug)]
-#[argh(help_triggers("-h", "--help"))]
+#[argh(
+    help_triggers("-h", "--help"),
+    example = "{command_name} backup --config backup.yaml\n{command_name} validate --path file:///var/backups/rabbitmq --backup-id nightly --deep\n{command_name} restore --config restore.yaml",
+    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate found damage. Errors go to stderr and start with their category (\"Storage error: ...\"). See README.md for the configuration file."
+)]
 struct Cli {
     /// more output: -v debug, -vv trace (AMQP frames, storage operations, segment details);
     /// accepted anywhere on the line. RUST_LOG overrides.
