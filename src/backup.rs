@@ -36,7 +36,7 @@ const BATCH_RECORDS: usize = 512;
 /// Body bytes per batch handed from a queue thread to its segment builder.
 const BATCH_BYTES: usize = 1 << 20;
 /// Batches in flight between a queue thread and its segment builder.
-const BATCH_CHANNEL: usize = 8;
+const BATCH_CHANNEL: usize = 4;
 /// Deliveries buffered between a queue's AMQP connection and its queue thread.
 const CONSUMER_BUFFER: usize = 512;
 /// Attempts of one segment upload (transient errors only).
@@ -594,9 +594,8 @@ fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
                 &finished,
             ))
         });
-        if let Err(e) = std::fs::remove_file(&path) {
-            log::debug!("removing spool file {}: {e}", path.display());
-        }
+        // The storage may have taken the file over; otherwise it is removed here.
+        let _ = std::fs::remove_file(&path);
         let _ = job.reply.send(result);
     }
 }
@@ -605,7 +604,7 @@ fn put_with_retries(storage: &dyn Storage, key: &str, path: &Path) -> Result<()>
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match storage.put_file(key, path) {
+        match storage.put_file_owned(key, path) {
             Ok(()) => return Ok(()),
             Err(e) if e.is_transient() && attempt < UPLOAD_ATTEMPTS => {
                 let jitter = (now_ms() % 100) as u64;

@@ -272,6 +272,24 @@ impl Storage for FilesystemStorage {
         })
     }
 
+    /// Moves the file into place when it is on the same filesystem (fsync, then one atomic
+    /// rename, then the directory fsync), which spares a copy of every segment; across
+    /// filesystems it copies like `put_file`.
+    fn put_file_owned(&self, key: &str, path: &Path) -> Result<()> {
+        validate_key(key)?;
+        let target = self.path_of(key);
+        let dir = target.parent().unwrap_or(&self.base).to_path_buf();
+        fs::create_dir_all(&dir).map_err(|e| Self::write_error(key, &e))?;
+        let synced = File::open(path).and_then(|f| f.sync_all());
+        if synced.is_ok() && fs::rename(path, &target).is_ok() {
+            if let Ok(d) = File::open(&dir) {
+                let _ = d.sync_all();
+            }
+            return Ok(());
+        }
+        self.put_file(key, path)
+    }
+
     fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {
         self.write_atomic(key, &mut |f| f.write_all(data).map_err(FillError::Write))
     }
@@ -430,6 +448,37 @@ mod tests {
         // The final file and the old leftover only: the put's own temporary file is gone.
         assert_eq!(names, ["segment-0001", "segment-0001.partial-1-2"]);
         assert_eq!(s.list_backup_ids().expect("ids"), ["b1"]);
+    }
+
+    #[test]
+    fn owned_files_are_moved_into_place() {
+        let dir = TempDir::new("fs-owned");
+        let s = FilesystemStorage::new(&dir.0.join("store")).expect("open");
+        let spool = dir.0.join("spool.rbak");
+        fs::write(&spool, b"segment bytes").expect("spool");
+        s.put_file_owned("b/queues/v/q/segment-0001", &spool)
+            .expect("put");
+        assert_eq!(
+            s.get_bytes("b/queues/v/q/segment-0001").expect("get"),
+            b"segment bytes"
+        );
+        assert!(!spool.exists(), "same filesystem: moved, not copied");
+        // Overwrite, and a missing source file is an error that names it.
+        fs::write(&spool, b"second").expect("spool");
+        s.put_file_owned("b/queues/v/q/segment-0001", &spool)
+            .expect("put");
+        assert_eq!(
+            s.get_bytes("b/queues/v/q/segment-0001").expect("get"),
+            b"second"
+        );
+        let err = s
+            .put_file_owned("b/x", &dir.0.join("nope"))
+            .expect_err("missing source");
+        assert!(
+            err.to_string().starts_with("IO error: Failed to read "),
+            "{err}"
+        );
+        assert!(s.put_file_owned("../escape", &spool).is_err());
     }
 
     #[test]

@@ -33,6 +33,13 @@ pub trait Storage: Send + Sync {
     /// `IO error: Failed to read <path>: <reason>`.
     fn put_file(&self, key: &str, path: &Path) -> Result<()>;
 
+    /// Like [`Storage::put_file`] for a local file the caller will delete afterwards (a spool
+    /// file): a backend may take the file over instead of copying it. On success the file may be
+    /// gone; on failure it is still there, so the call can be retried. The default copies.
+    fn put_file_owned(&self, key: &str, path: &Path) -> Result<()> {
+        self.put_file(key, path)
+    }
+
     /// Writes `key` with `data`, atomically, replacing any previous object.
     fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()>;
 
@@ -230,6 +237,13 @@ impl Storage for Prefixed {
         let full = self.full(key)?;
         self.inner
             .put_file(&full, path)
+            .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn put_file_owned(&self, key: &str, path: &Path) -> Result<()> {
+        let full = self.full(key)?;
+        self.inner
+            .put_file_owned(&full, path)
             .map_err(|e| unprefix_error(e, &full, key))
     }
 
