@@ -142,7 +142,9 @@ impl QueueRead<'_> {
                     let size = (depth - outcome.read).min(MAX_WINDOW);
                     windows.push(open_window(conn, queue, size, windows.len())?);
                 }
-                let window = windows.last_mut().expect("a window was just opened");
+                let Some(window) = windows.last_mut() else {
+                    continue; // unreachable: a window was just opened
+                };
                 match window
                     .consumer
                     .recv_timeout(Duration::from_millis(POLL_MS))?
