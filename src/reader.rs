@@ -143,7 +143,8 @@ impl QueueRead<'_> {
                     windows.push(open_window(conn, queue, size, windows.len())?);
                 }
                 let Some(window) = windows.last_mut() else {
-                    continue; // unreachable: a window was just opened
+                    // Cannot happen: a window was just opened.
+                    return Err(Error::Amqp(format!("queue {queue}: no consumer window")));
                 };
                 match window
                     .consumer
