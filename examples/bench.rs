@@ -13,7 +13,7 @@
 //! bench <path to rmq-backup> [messages=100000] [body bytes=1024] [random|text]
 //! ```
 //!
-//! Each measurement runs three times, raw and rmq-backup alternating; medians are printed.
+//! Each measurement runs five times, raw and rmq-backup alternating; medians are printed.
 
 use rmq_backup::amqp::{
     AmqpUrl, BasicProperties, ConnectOptions, Connection, FieldTable, FieldValue,
@@ -171,7 +171,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
