@@ -123,13 +123,14 @@ impl QueueRead<'_> {
         sink: &mut dyn FnMut(Delivery) -> Result<()>,
         outcome: &mut ReadOutcome,
     ) -> Result<()> {
-        let (conn, control, queue, depth, strategy) = (
-            self.conn,
-            self.control,
-            self.queue,
-            self.depth,
-            self.strategy,
-        );
+        let Self {
+            conn,
+            control,
+            queue,
+            depth,
+            strategy,
+            ..
+        } = *self;
         let mut windows: Vec<Window> = Vec::new();
         let read = (|| -> Result<()> {
             let mut last_delivery = Instant::now();
@@ -264,13 +265,14 @@ impl QueueRead<'_> {
         sink: &mut dyn FnMut(Delivery) -> Result<()>,
         outcome: &mut ReadOutcome,
     ) -> Result<()> {
-        let (conn, control, queue, depth, strategy) = (
-            self.conn,
-            self.control,
-            self.queue,
-            self.depth,
-            self.strategy,
-        );
+        let Self {
+            conn,
+            control,
+            queue,
+            depth,
+            strategy,
+            ..
+        } = *self;
         let channel = conn.open_channel()?;
         let mut tags: Vec<u64> = Vec::new();
         let read = (|| -> Result<()> {

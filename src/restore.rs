@@ -501,12 +501,17 @@ fn publish_records(
     entry: &mut QueueRestore,
 ) -> Result<()> {
     for batch in rx.iter() {
-        for record in batch {
-            let (exchange, routing_key) = target_of(&record, opts, &entry.target_queue);
-            let (exchange, routing_key) = (exchange.to_string(), routing_key.to_string());
+        for mut record in batch {
+            // Take the names out so the record can move into its properties and body (no copy).
+            let (from_exchange, from_key) = (
+                std::mem::take(&mut record.exchange),
+                std::mem::take(&mut record.routing_key),
+            );
+            let (exchange, routing_key) =
+                target_of(&from_exchange, &from_key, opts, &entry.target_queue);
             let (properties, body) = record.into_amqp();
             limiter.acquire();
-            channel.basic_publish(&exchange, &routing_key, true, &properties, &body)?;
+            channel.basic_publish(exchange, routing_key, true, &properties, &body)?;
             entry.published += 1;
             if channel.outstanding_confirms() >= window {
                 settle(channel, window / 2, entry)?;
@@ -518,26 +523,28 @@ fn publish_records(
     Ok(())
 }
 
-/// Where a record goes: (exchange, routing key) by `publish_mode` and the mappings.
+/// Where a record published to `exchange` with `routing_key` goes: (exchange, routing key)
+/// by `publish_mode` and the mappings.
 fn target_of<'a>(
-    record: &'a BackupRecord,
+    exchange: &'a str,
+    routing_key: &'a str,
     opts: &'a RestoreOptions,
     target_queue: &'a str,
 ) -> (&'a str, &'a str) {
     match opts.publish_mode {
         PublishMode::DirectToQueue => ("", target_queue),
         // The default exchange routes by queue name: follow the queue mapping.
-        PublishMode::Exchange if record.exchange.is_empty() => (
+        PublishMode::Exchange if exchange.is_empty() => (
             "",
             opts.queue_mapping
-                .get(&record.routing_key)
-                .map_or(record.routing_key.as_str(), String::as_str),
+                .get(routing_key)
+                .map_or(routing_key, String::as_str),
         ),
         PublishMode::Exchange => (
             opts.exchange_mapping
-                .get(&record.exchange)
-                .map_or(record.exchange.as_str(), String::as_str),
-            record.routing_key.as_str(),
+                .get(exchange)
+                .map_or(exchange, String::as_str),
+            routing_key,
         ),
     }
 }
