@@ -10,6 +10,7 @@
 
 pub mod filesystem;
 pub mod memory;
+pub mod retry;
 pub mod url;
 
 use crate::error::{Error, Result};
