@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: starts the local RabbitMQ the integration tests need (installing it if
-# missing), then runs every unit and integration test.
+# The whole test suite: starts the local RabbitMQ and the object-storage emulators (SeaweedFS,
+# Azurite, fake-gcs-server) the integration tests need, installing them if missing, then runs
+# every unit and integration test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-rabbitmq.sh
+scripts/setup-storage.sh
 cargo test --locked "$@"

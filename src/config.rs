@@ -231,7 +231,7 @@ fn redact_url(url: &str) -> String {
 pub enum StorageConfig {
     /// `backend: filesystem`.
     Filesystem(FilesystemStorage),
-    /// `backend: s3` (not supported yet).
+    /// `backend: s3`: Amazon S3 and S3-compatible stores.
     S3(S3Storage),
     /// `backend: azure` (not supported yet).
     Azure(AzureStorage),
@@ -1100,7 +1100,7 @@ impl Config {
         let backend = self.storage.backend_name();
         if matches!(
             self.storage,
-            StorageConfig::S3(_) | StorageConfig::Azure(_) | StorageConfig::Gcs(_)
+            StorageConfig::Azure(_) | StorageConfig::Gcs(_)
         ) {
             return Err(config_err(format!(
                 "storage backend {backend} is not supported yet"
@@ -1946,15 +1946,18 @@ restore:
         );
         assert!(s3(&|s| s.prefix = Some("../up".into())).starts_with("storage.prefix"));
         assert!(s3(&|s| s.prefix = Some("/abs".into())).starts_with("storage.prefix"));
-        assert_eq!(
-            s3(&|s| {
-                s.endpoint = Some("http://127.0.0.1:8333".into());
-                s.allow_http = true;
-                s.prefix = Some("team/a".into());
-            }),
-            "storage backend s3 is not supported yet",
-            "a valid s3 config reaches check_supported"
-        );
+        let mut c = backup();
+        c.storage = StorageConfig::S3(S3Storage {
+            bucket: "b".into(),
+            region: None,
+            endpoint: Some("http://127.0.0.1:8333".into()),
+            access_key: None,
+            secret_key: None,
+            prefix: Some("team/a".into()),
+            path_style: true,
+            allow_http: true,
+        });
+        assert_eq!(c.validate(), Ok(()), "a valid s3 config");
         let mut c = backup();
         c.storage = StorageConfig::Azure(AzureStorage {
             account_name: "acct".into(),

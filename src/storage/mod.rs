@@ -11,6 +11,7 @@
 pub mod filesystem;
 pub mod memory;
 pub mod retry;
+pub mod s3;
 pub mod url;
 
 use crate::error::{Error, Result};
@@ -208,12 +209,11 @@ pub fn open_config(cfg: &crate::config::StorageConfig) -> Result<Arc<dyn Storage
     match cfg {
         StorageConfig::Filesystem(f) => open_filesystem(&f.path, None),
         StorageConfig::Memory => open_memory(memory::DEFAULT_NAME, None),
-        StorageConfig::S3(_) | StorageConfig::Azure(_) | StorageConfig::Gcs(_) => {
-            Err(Error::Config(format!(
-                "storage backend {} is not supported yet",
-                cfg.backend_name()
-            )))
-        }
+        StorageConfig::S3(s3) => with_prefix(s3::open(s3)?, s3.prefix.as_deref()),
+        StorageConfig::Azure(_) | StorageConfig::Gcs(_) => Err(Error::Config(format!(
+            "storage backend {} is not supported yet",
+            cfg.backend_name()
+        ))),
     }
 }
 

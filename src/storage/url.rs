@@ -405,9 +405,26 @@ pub fn open_url(url: &StorageUrl) -> Result<Arc<dyn Storage>> {
     match url {
         StorageUrl::File(path) => open_filesystem(path, None),
         StorageUrl::Memory(name) => open_memory(name, None),
-        StorageUrl::S3 { .. } => Err(Error::Config(
-            "storage backend s3 is not supported yet".into(),
-        )),
+        StorageUrl::S3 {
+            bucket,
+            prefix,
+            region,
+            endpoint,
+            path_style,
+            allow_http,
+        } => {
+            // Credentials come from the environment chain (never from the URL).
+            let opts = super::s3::S3Options {
+                bucket: bucket.clone(),
+                region: region.clone(),
+                endpoint: endpoint.clone(),
+                path_style: *path_style,
+                allow_http: *allow_http,
+                ..Default::default()
+            };
+            let storage: Arc<dyn Storage> = Arc::new(super::s3::S3Storage::open(opts)?);
+            super::with_prefix(storage, prefix.as_deref())
+        }
         StorageUrl::Azure { .. } => Err(Error::Config(
             "storage backend azure is not supported yet".into(),
         )),
@@ -589,7 +606,6 @@ mod tests {
         again.delete(&key).expect("delete");
 
         for (url, name) in [
-            ("s3://b", "s3"),
             ("az://a.blob.core.windows.net/c", "azure"),
             ("gs://b", "gcs"),
         ] {

@@ -419,6 +419,16 @@ pub fn run_cli(args: &[&str]) -> Output {
         .expect("run rmq-backup")
 }
 
+/// Runs the real `rmq-backup` binary with extra environment variables.
+pub fn run_cli_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run rmq-backup")
+}
+
 pub fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),

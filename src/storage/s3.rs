@@ -1,0 +1,585 @@
+//! Amazon S3 and S3-compatible stores (MinIO, SeaweedFS, Ceph RGW), with rust-s3 over attohttpc
+//! (synchronous; TLS by rustls with the system CA store, so `SSL_CERT_FILE` and `SSL_CERT_DIR`
+//! name private CAs).
+//!
+//! Configuration (SPEC.md "storage", backend `s3`): `bucket`, `region`, `endpoint`,
+//! `access_key`, `secret_key`, `path_style`, `allow_http` (`prefix` is applied by the caller
+//! through [`super::with_prefix`]). Fallbacks, in order:
+//! - region: `storage.region`, `AWS_REGION`, `AWS_DEFAULT_REGION`, then `us-east-1`;
+//! - credentials: `storage.access_key` + `storage.secret_key`; else `AWS_ACCESS_KEY_ID` +
+//!   `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`), the shared credentials file (`AWS_PROFILE`),
+//!   web identity (`AWS_ROLE_ARN` + `AWS_WEB_IDENTITY_TOKEN_FILE`), the ECS/EKS container
+//!   endpoint, then the EC2 instance role (IMDSv2, then v1); temporary credentials are refreshed
+//!   before they expire.
+//!
+//! Objects up to [`MULTIPART_THRESHOLD`] bytes go up in one PUT; larger files in a multipart
+//! upload of 8 MiB parts read from the file one at a time (never the whole file in memory),
+//! completed atomically. Every request has a timeout and is retried by [`super::retry`] on
+//! 5xx, 408, 429 and connection failures, never on other 4xx.
+//!
+//! Errors (SPEC.md "Errors"): `Failed to put <key>: 403 Forbidden`,
+//! `Failed to put <key>: NoSuchBucket`, `Key not found: <key>`, and at creation
+//! `Failed to create S3 backend: endpoint connection error`.
+
+use super::retry::{self, Attempt, Policy};
+use super::{io_reason, validate_key, validate_prefix, Storage};
+use crate::error::{Error, Result};
+use s3::creds::Credentials;
+use s3::error::S3Error;
+use s3::{Bucket, Region};
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Files of at least this many bytes are uploaded in parts (rust-s3's part size, 8 MiB).
+pub const MULTIPART_THRESHOLD: u64 = s3::bucket::CHUNK_SIZE as u64;
+
+/// Upper bound of one request, whole body included (a backstop: attohttpc's own 30 s connect
+/// and read timeouts catch a dead peer first).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Everything needed to reach one bucket; secrets are plain strings here and never printed.
+#[derive(Clone, Default)]
+pub struct S3Options {
+    /// Bucket name.
+    pub bucket: String,
+    /// Region; `None` falls back to `AWS_REGION`, `AWS_DEFAULT_REGION`, then `us-east-1`.
+    pub region: Option<String>,
+    /// Endpoint URL of an S3-compatible service (`http://127.0.0.1:8333`); `None` for AWS.
+    pub endpoint: Option<String>,
+    /// Access key id; with `secret_key`, or both `None` for the environment/instance chain.
+    pub access_key: Option<String>,
+    /// Secret access key.
+    pub secret_key: Option<String>,
+    /// Path-style requests (`<endpoint>/<bucket>/<key>`), needed by most self-hosted stores.
+    pub path_style: bool,
+    /// Allow an `http://` endpoint.
+    pub allow_http: bool,
+    /// Retry policy of every request.
+    pub retry: Policy,
+}
+
+impl S3Options {
+    /// Options of the `storage` section of a configuration.
+    pub fn from_config(cfg: &crate::config::S3Storage) -> S3Options {
+        S3Options {
+            bucket: cfg.bucket.clone(),
+            region: cfg.region.clone(),
+            endpoint: cfg.endpoint.clone(),
+            access_key: cfg.access_key.as_ref().map(|s| s.expose().to_string()),
+            secret_key: cfg.secret_key.as_ref().map(|s| s.expose().to_string()),
+            path_style: cfg.path_style,
+            allow_http: cfg.allow_http,
+            retry: Policy::default(),
+        }
+    }
+}
+
+/// Opens the bucket of the `storage` section (SPEC.md "storage", backend s3) and probes the
+/// endpoint with one listing request. Errors: `Storage error: Failed to create S3 backend:
+/// <reason>` (`endpoint connection error` when nothing answers; no credentials found).
+pub fn open(cfg: &crate::config::S3Storage) -> Result<Arc<dyn Storage>> {
+    Ok(Arc::new(S3Storage::open(S3Options::from_config(cfg))?))
+}
+
+/// An S3 bucket as a [`Storage`].
+pub struct S3Storage {
+    bucket: Box<Bucket>,
+    retry: Policy,
+    location: String,
+}
+
+fn create_error(reason: impl std::fmt::Display) -> Error {
+    Error::Storage(format!("Failed to create S3 backend: {reason}"))
+}
+
+/// The first environment variable of `names` that is set and not empty.
+fn env_first(names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
+}
+
+impl S3Storage {
+    /// Connects to the bucket of `opts` and probes the endpoint (see [`open`]).
+    pub fn open(opts: S3Options) -> Result<S3Storage> {
+        // Our retry policy replaces rust-s3's own (process-wide) retries.
+        s3::set_retries(0);
+        let region_name = opts
+            .region
+            .clone()
+            .filter(|r| !r.is_empty())
+            .or_else(|| env_first(&["AWS_REGION", "AWS_DEFAULT_REGION"]))
+            .unwrap_or_else(|| "us-east-1".to_string());
+        let region = match &opts.endpoint {
+            Some(endpoint) => {
+                let lower = endpoint.to_ascii_lowercase();
+                if lower.starts_with("http://") && !opts.allow_http {
+                    return Err(Error::Config(
+                        "storage.allow_http must be true when storage.endpoint uses http://".into(),
+                    ));
+                }
+                Region::Custom {
+                    region: region_name.clone(),
+                    endpoint: endpoint.trim_end_matches('/').to_string(),
+                }
+            }
+            None => match region_name.parse::<Region>() {
+                Ok(Region::Custom { .. }) | Err(_) => Region::Custom {
+                    region: region_name.clone(),
+                    endpoint: format!("https://s3.{region_name}.amazonaws.com"),
+                },
+                Ok(r) => r,
+            },
+        };
+        let credentials = match (&opts.access_key, &opts.secret_key) {
+            (Some(a), Some(s)) => Credentials::new(Some(a), Some(s), None, None, None),
+            _ => Credentials::default(),
+        }
+        .map_err(|_| {
+            create_error(
+                "no credentials: set storage.access_key and storage.secret_key, \
+                 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, or an instance role",
+            )
+        })?;
+        let mut bucket = Bucket::new(&opts.bucket, region, credentials)
+            .map_err(|e| create_error(safe_reason(&e)))?;
+        if opts.path_style {
+            bucket.set_path_style();
+        }
+        bucket.set_request_timeout(Some(REQUEST_TIMEOUT));
+        let mut location = format!("s3://{}", opts.bucket);
+        let mut params = Vec::new();
+        if let Some(e) = &opts.endpoint {
+            params.push(format!("endpoint={e}"));
+        }
+        if opts.path_style {
+            params.push("path_style=true".to_string());
+        }
+        if !params.is_empty() {
+            location = format!("{location}?{}", params.join("&"));
+        }
+        let storage = S3Storage {
+            bucket,
+            retry: opts.retry,
+            location,
+        };
+        storage.probe()?;
+        Ok(storage)
+    }
+
+    /// One listing request of at most one key: only a failure to reach the endpoint is an error
+    /// here (a missing bucket or a denied listing is reported by the operation that needs it).
+    fn probe(&self) -> Result<()> {
+        let policy = Policy {
+            attempts: self.retry.attempts.min(2),
+            ..self.retry
+        };
+        let outcome = retry::run(policy, "probe the S3 endpoint", || {
+            match self
+                .bucket
+                .list_page(String::new(), None, None, None, Some(1))
+            {
+                Ok(_) => Ok(()),
+                Err(S3Error::HttpFailWithBody(status, _)) if status < 500 => Ok(()),
+                Err(e) => Err(classify("probe", "", e)),
+            }
+        });
+        outcome.map_err(|e| {
+            log::debug!("S3 probe of {} failed: {e}", self.location);
+            create_error("endpoint connection error")
+        })
+    }
+
+    fn run<T>(&self, what: &str, op: impl FnMut() -> std::result::Result<T, Attempt>) -> Result<T> {
+        retry::run(self.retry, what, op)
+    }
+}
+
+/// The `<Code>` of an S3 XML error body, if any.
+fn error_code(body: &str) -> Option<&str> {
+    let start = body.find("<Code>")? + "<Code>".len();
+    let end = body[start..].find("</Code>")? + start;
+    Some(body[start..end].trim()).filter(|c| !c.is_empty())
+}
+
+/// A short description of a rust-s3 error without anything secret: transport errors say
+/// what failed at the connection level, HTTP errors give status and S3 error code.
+fn safe_reason(e: &S3Error) -> String {
+    match e {
+        S3Error::HttpFailWithBody(403, _) => "403 Forbidden".to_string(),
+        S3Error::HttpFailWithBody(status, body) => match error_code(body) {
+            Some("NoSuchBucket") => "NoSuchBucket".to_string(),
+            Some(code) => format!("{status} {code}"),
+            None => format!("HTTP {status}"),
+        },
+        S3Error::Atto(err) => format!("endpoint connection error ({})", atto_reason(err)),
+        S3Error::Io(err) => format!("endpoint connection error ({})", io_reason(err)),
+        S3Error::Credentials(_) => "credentials could not be loaded".to_string(),
+        other => {
+            // rust-s3's other errors (XML, UTF-8, region) carry no secret, but cut them short.
+            let text = other.to_string();
+            text.chars().take(200).collect()
+        }
+    }
+}
+
+/// attohttpc's error without the request URL (which could carry a presigned query).
+fn atto_reason(err: &attohttpc::Error) -> String {
+    match err.kind() {
+        attohttpc::ErrorKind::Io(io) => io_reason(io),
+        attohttpc::ErrorKind::ConnectNotSupported => "connect not supported".into(),
+        attohttpc::ErrorKind::InvalidBaseUrl => "invalid endpoint URL".into(),
+        attohttpc::ErrorKind::TooManyRedirections => "too many redirections".into(),
+        _ => {
+            let text = err.to_string();
+            match text.find("http") {
+                Some(pos) => text[..pos].trim_end().to_string(),
+                None => text,
+            }
+        }
+    }
+}
+
+/// Maps a failed request to an [`Attempt`]: `Failed to <op> <key>: <reason>`, transient on
+/// 5xx/408/429 and connection-level failures.
+fn classify(op: &str, key: &str, e: S3Error) -> Attempt {
+    let message = Error::Storage(format!("Failed to {op} {key}: {}", safe_reason(&e)));
+    match e {
+        S3Error::HttpFailWithBody(status, _) => Attempt::from_status(status, message),
+        S3Error::Atto(_) | S3Error::Io(_) => Attempt::Transient(message),
+        _ => Attempt::Permanent(message),
+    }
+}
+
+/// True when the error is S3's answer for a missing object (404 without NoSuchBucket).
+fn is_missing_key(e: &S3Error) -> bool {
+    matches!(e, S3Error::HttpFailWithBody(404, body) if error_code(body) != Some("NoSuchBucket"))
+}
+
+fn not_found(key: &str) -> Attempt {
+    Attempt::Permanent(Error::Storage(format!("Key not found: {key}")))
+}
+
+fn read_error(path: &Path, e: &std::io::Error) -> Attempt {
+    Attempt::Permanent(Error::Io(format!(
+        "Failed to read {}: {}",
+        path.display(),
+        io_reason(e)
+    )))
+}
+
+impl Storage for S3Storage {
+    fn put_file(&self, key: &str, path: &Path) -> Result<()> {
+        validate_key(key)?;
+        self.run(&format!("put {key}"), || {
+            let mut file = std::fs::File::open(path).map_err(|e| read_error(path, &e))?;
+            let size = file.metadata().map_err(|e| read_error(path, &e))?.len();
+            if size < MULTIPART_THRESHOLD {
+                let mut data = Vec::with_capacity(size as usize);
+                file.read_to_end(&mut data)
+                    .map_err(|e| read_error(path, &e))?;
+                self.bucket
+                    .put_object(key, &data)
+                    .map(|_| ())
+                    .map_err(|e| classify("put", key, e))
+            } else {
+                log::trace!("storage: s3 multipart upload of {key} ({size} bytes)");
+                match self.bucket.put_object_stream(&mut file, key) {
+                    Ok(_) => Ok(()),
+                    // A read error of the source file surfaces as io; the file is local.
+                    Err(S3Error::Io(e)) if e.kind() != std::io::ErrorKind::ConnectionReset => {
+                        Err(read_error(path, &e))
+                    }
+                    Err(e) => Err(classify("put", key, e)),
+                }
+            }
+        })
+    }
+
+    fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {
+        validate_key(key)?;
+        self.run(&format!("put {key}"), || {
+            self.bucket
+                .put_object(key, data)
+                .map(|_| ())
+                .map_err(|e| classify("put", key, e))
+        })
+    }
+
+    fn get_bytes(&self, key: &str) -> Result<Vec<u8>> {
+        validate_key(key)?;
+        self.run(&format!("get {key}"), || {
+            match self.bucket.get_object(key) {
+                Ok(data) => Ok(data.to_vec()),
+                Err(e) if is_missing_key(&e) => Err(not_found(key)),
+                Err(e) => Err(classify("get", key, e)),
+            }
+        })
+    }
+
+    fn get_to_file(&self, key: &str, path: &Path) -> Result<u64> {
+        validate_key(key)?;
+        self.run(&format!("get {key}"), || {
+            let file = std::fs::File::create(path).map_err(|e| {
+                Attempt::Permanent(Error::Io(format!(
+                    "Failed to write {}: {}",
+                    path.display(),
+                    io_reason(&e)
+                )))
+            })?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            match self.bucket.get_object_to_writer(key, &mut out) {
+                Ok(_) => {}
+                Err(e) if is_missing_key(&e) => return Err(not_found(key)),
+                Err(e) => return Err(classify("get", key, e)),
+            }
+            let file = out.into_inner().map_err(|e| {
+                Attempt::Permanent(Error::Io(format!(
+                    "Failed to write {}: {}",
+                    path.display(),
+                    io_reason(e.error())
+                )))
+            })?;
+            file.metadata().map(|m| m.len()).map_err(|e| {
+                Attempt::Permanent(Error::Io(format!(
+                    "Failed to read {}: {}",
+                    path.display(),
+                    io_reason(&e)
+                )))
+            })
+        })
+    }
+
+    fn head(&self, key: &str) -> Result<Option<u64>> {
+        validate_key(key)?;
+        self.run(&format!("head {key}"), || {
+            match self.bucket.head_object(key) {
+                Ok((h, _)) => Ok(Some(h.content_length.unwrap_or(0).max(0) as u64)),
+                Err(S3Error::HttpFailWithBody(404, _)) => Ok(None),
+                Err(e) => Err(classify("head", key, e)),
+            }
+        })
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        validate_prefix(prefix)?;
+        let shown = if prefix.is_empty() { "/" } else { prefix };
+        let mut keys: Vec<String> = self.run(&format!("list {shown}"), || {
+            self.bucket
+                .list(prefix.to_string(), None)
+                .map(|pages| {
+                    pages
+                        .into_iter()
+                        .flat_map(|p| p.contents.into_iter().map(|o| o.key))
+                        .collect()
+                })
+                .map_err(|e| classify("list", shown, e))
+        })?;
+        keys.retain(|k| k.starts_with(prefix));
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        validate_key(key)?;
+        self.run(&format!("delete {key}"), || {
+            match self.bucket.delete_object(key) {
+                Ok(_) => Ok(()),
+                Err(e) if is_missing_key(&e) => Ok(()),
+                Err(e) => Err(classify("delete", key, e)),
+            }
+        })
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+}
+
+/// Tests against the SeaweedFS of `scripts/setup-storage.sh` (127.0.0.1:8333, SigV4 enforced,
+/// identities `rmqbackup-admin` and the read-only `rmqbackup-readonly`).
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::storage::conformance;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    pub const ENDPOINT: &str = "http://127.0.0.1:8333";
+    pub const ADMIN: (&str, &str) = ("rmqbackup-admin", "rmqbackup-admin-secret");
+    pub const READONLY: (&str, &str) = ("rmqbackup-readonly", "rmqbackup-readonly-secret");
+
+    pub fn options(bucket: &str, creds: (&str, &str)) -> S3Options {
+        S3Options {
+            bucket: bucket.to_string(),
+            region: Some("us-east-1".into()),
+            endpoint: Some(ENDPOINT.into()),
+            access_key: Some(creds.0.into()),
+            secret_key: Some(creds.1.into()),
+            path_style: true,
+            allow_http: true,
+            retry: Policy {
+                attempts: 2,
+                base_delay: Duration::from_millis(50),
+                max_delay: Duration::from_millis(100),
+            },
+        }
+    }
+
+    /// A bucket created for one test and deleted, with everything in it, on drop.
+    pub struct TestBucket(pub String);
+
+    impl TestBucket {
+        pub fn new(tag: &str) -> TestBucket {
+            static N: AtomicU32 = AtomicU32::new(0);
+            let name = format!(
+                "rmqb-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            );
+            let creds = Credentials::new(Some(ADMIN.0), Some(ADMIN.1), None, None, None)
+                .expect("credentials");
+            let region = Region::Custom {
+                region: "us-east-1".into(),
+                endpoint: ENDPOINT.into(),
+            };
+            Bucket::create_with_path_style(
+                &name,
+                region,
+                creds,
+                s3::BucketConfiguration::default(),
+            )
+            .unwrap_or_else(|e| {
+                panic!("create bucket {name} (is SeaweedFS running? scripts/setup-storage.sh): {e}")
+            });
+            TestBucket(name)
+        }
+    }
+
+    impl Drop for TestBucket {
+        fn drop(&mut self) {
+            if let Ok(s) = S3Storage::open(options(&self.0, ADMIN)) {
+                for k in s.list("").unwrap_or_default() {
+                    let _ = s.delete(&k);
+                }
+                let _ = s.bucket.delete();
+            }
+        }
+    }
+
+    #[test]
+    fn seaweedfs_conforms() {
+        let b = TestBucket::new("conf");
+        let s = S3Storage::open(options(&b.0, ADMIN)).expect("open");
+        conformance::run(&s);
+        assert_eq!(
+            s.location(),
+            format!("s3://{}?endpoint={ENDPOINT}&path_style=true", b.0)
+        );
+    }
+
+    #[test]
+    fn prefixed_seaweedfs_conforms() {
+        let b = TestBucket::new("prefixed");
+        let s: Arc<dyn Storage> = Arc::new(S3Storage::open(options(&b.0, ADMIN)).expect("open"));
+        let p = crate::storage::with_prefix(s.clone(), Some("team/prod")).expect("prefix");
+        conformance::run(p.as_ref());
+        p.put_bytes("b1/manifest.json", b"{}").expect("put");
+        assert_eq!(s.list("").expect("list"), ["team/prod/b1/manifest.json"]);
+        assert_eq!(p.list_backup_ids().expect("ids"), ["b1"]);
+    }
+
+    #[test]
+    fn missing_bucket_is_reported_by_the_first_put() {
+        let s = S3Storage::open(options("rmqb-no-such-bucket", ADMIN)).expect("open");
+        assert_eq!(
+            s.put_bytes("b/manifest.json", b"{}").expect_err("put"),
+            Error::Storage("Failed to put b/manifest.json: NoSuchBucket".into())
+        );
+        let tmp = conformance::TempDir::new("s3-nobucket");
+        let f = tmp.0.join("seg");
+        std::fs::write(&f, b"segment").expect("write");
+        assert_eq!(
+            s.put_file("b/queues/v/q/segment-0001.zst", &f)
+                .expect_err("put_file"),
+            Error::Storage("Failed to put b/queues/v/q/segment-0001.zst: NoSuchBucket".into())
+        );
+    }
+
+    #[test]
+    fn read_only_identity_cannot_write_and_says_so_without_secrets() {
+        let b = TestBucket::new("ro");
+        let admin = S3Storage::open(options(&b.0, ADMIN)).expect("open admin");
+        admin.put_bytes("b/manifest.json", b"{}").expect("seed");
+        let ro = S3Storage::open(options(&b.0, READONLY)).expect("open read-only");
+        let err = ro.put_bytes("b/other.json", b"{}").expect_err("denied");
+        assert_eq!(
+            err,
+            Error::Storage("Failed to put b/other.json: 403 Forbidden".into())
+        );
+        // Reading works with the read-only identity.
+        assert_eq!(ro.get_bytes("b/manifest.json").expect("read"), b"{}");
+        assert_eq!(ro.list_backup_ids().expect("ids"), ["b"]);
+        // A wrong secret is denied too, and neither secret shows up anywhere.
+        let mut bad = options(&b.0, ADMIN);
+        bad.secret_key = Some("wrong-secret-value-123".into());
+        let wrong = S3Storage::open(bad).expect("open with a wrong secret");
+        let err = wrong.put_bytes("b/x", b"x").expect_err("denied");
+        assert_eq!(
+            err,
+            Error::Storage("Failed to put b/x: 403 Forbidden".into())
+        );
+        for text in [err.to_string(), format!("{err:?}"), wrong.location()] {
+            assert!(!text.contains("wrong-secret-value-123"), "{text}");
+            assert!(!text.contains(ADMIN.1), "{text}");
+        }
+    }
+
+    #[test]
+    fn unreachable_endpoint_fails_at_creation() {
+        let mut o = options("any-bucket", ADMIN);
+        o.endpoint = Some("http://127.0.0.1:1".into());
+        let started = std::time::Instant::now();
+        let err = S3Storage::open(o).err().expect("unreachable");
+        assert_eq!(
+            err,
+            Error::Storage("Failed to create S3 backend: endpoint connection error".into())
+        );
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn http_endpoint_needs_allow_http() {
+        let mut o = options("any-bucket", ADMIN);
+        o.allow_http = false;
+        assert!(matches!(S3Storage::open(o), Err(Error::Config(m)) if m.contains("allow_http")));
+    }
+
+    #[test]
+    fn error_codes_are_extracted() {
+        let body =
+            "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>x</Message></Error>";
+        assert_eq!(error_code(body), Some("NoSuchKey"));
+        assert_eq!(error_code("<Error></Error>"), None);
+        assert_eq!(error_code(""), None);
+        assert!(is_missing_key(&S3Error::HttpFailWithBody(404, body.into())));
+        assert!(is_missing_key(&S3Error::HttpFailWithBody(
+            404,
+            String::new()
+        )));
+        assert!(!is_missing_key(&S3Error::HttpFailWithBody(
+            404,
+            "<Error><Code>NoSuchBucket</Code></Error>".into()
+        )));
+        assert!(matches!(
+            classify("put", "k", S3Error::HttpFailWithBody(503, String::new())),
+            Attempt::Transient(_)
+        ));
+        assert!(matches!(
+            classify("put", "k", S3Error::HttpFailWithBody(400, String::new())),
+            Attempt::Permanent(_)
+        ));
+    }
+}
