@@ -3,6 +3,8 @@
 # (ENVIRONMENT.md "Object-storage servers for tests"):
 #
 #   S3     SeaweedFS 4.48 `weed mini`, SigV4 enforced   http://127.0.0.1:8333
+#          and over TLS with a private CA                  https://127.0.0.1:8334
+#          (CA certificate: .tools/run/tls/ca.pem, made here with openssl)
 #   Azure  Azurite 3.37.0 (blob service, in memory)      http://127.0.0.1:10000/devstoreaccount1
 #   GCS    fake-gcs-server 1.54 (JSON API, in memory)    http://127.0.0.1:4443
 #
@@ -69,10 +71,30 @@ pip_install() { # $1 = requirement, $2 = target dir
     fi
 }
 
+# A private CA and a certificate for 127.0.0.1 signed by it, for the S3 TLS listener (tests
+# trust the CA through SSL_CERT_FILE, as a user with a self-hosted store would).
+make_tls() {
+    local dir="$RUN/tls"
+    [[ -s "$dir/server.pem" && -s "$dir/ca.pem" ]] && return 0
+    command -v openssl >/dev/null || die "openssl is needed to make the test CA (apt-get install -y openssl)"
+    mkdir -p "$dir"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=rmq-backup test CA" \
+        -keyout "$dir/ca.key" -out "$dir/ca.pem" >/dev/null 2>&1 || die "openssl: CA"
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+        -keyout "$dir/server.key" -out "$dir/server.csr" >/dev/null 2>&1 || die "openssl: CSR"
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' >"$dir/ext.cnf"
+    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+        -CAcreateserial -days 3650 -extfile "$dir/ext.cnf" -out "$dir/server.pem" \
+        >/dev/null 2>&1 || die "openssl: server certificate"
+}
+
+# True when something accepts TCP connections on 127.0.0.1:$1.
+port_open() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null; }
+
 # --- S3: SeaweedFS ----------------------------------------------------------------------------
 start_seaweedfs() {
-    local port=8333
-    if [[ "$(http_status $port /status)" == "200" ]]; then
+    local port=8333 tls_port=8334
+    if [[ "$(http_status $port /status)" == "200" ]] && port_open $tls_port; then
         log "SeaweedFS already running on 127.0.0.1:$port"
         return 0
     fi
@@ -96,14 +118,28 @@ start_seaweedfs() {
   ]
 }
 JSON
+    make_tls
+    if [[ -s "$RUN/seaweedfs.pid" ]]; then
+        kill "$(cat "$RUN/seaweedfs.pid")" 2>/dev/null || true
+        sleep 1
+    fi
     rm -rf "$RUN/seaweedfs-data"
     mkdir -p "$RUN/seaweedfs-data"
     log "starting SeaweedFS"
     nohup "$weed" mini -dir="$RUN/seaweedfs-data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
-        -s3.port=$port -s3.config="$RUN/s3-identities.json" -s3.autoCreateBucket=false \
+        -s3.port=$port -s3.port.https=$tls_port -s3.cert.file="$RUN/tls/server.pem" \
+        -s3.key.file="$RUN/tls/server.key" \
+        -s3.config="$RUN/s3-identities.json" -s3.autoCreateBucket=false \
         -webdav=false -admin.ui=false -s3.port.iceberg=0 -s3.port.lance=0 \
         -master.telemetry=false >"$RUN/seaweedfs.log" 2>&1 </dev/null &
+    echo $! >"$RUN/seaweedfs.pid"
     wait_http SeaweedFS $port /status "$RUN/seaweedfs.log" 200
+    local i
+    for ((i = 0; i < TIMEOUT * 2; i++)); do
+        port_open $tls_port && return 0
+        sleep 0.5
+    done
+    die "SeaweedFS did not open its TLS port 127.0.0.1:$tls_port"
 }
 
 # --- Azure Blob: Azurite ----------------------------------------------------------------------

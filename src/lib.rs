@@ -36,3 +36,15 @@ pub fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// Makes ring the process-wide rustls crypto provider; idempotent, call before any TLS
+/// connection. Both ring (through ureq) and aws-lc-rs (through attohttpc's rustls feature,
+/// see Cargo.toml) are compiled in, and with two providers rustls cannot choose one itself: the
+/// first TLS handshake would panic (ENVIRONMENT.md "Crates").
+pub fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means another provider was installed first, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}

@@ -300,3 +300,38 @@ fn s3_errors_name_the_cause_without_secrets() {
         "{stderr}"
     );
 }
+
+/// A self-hosted store behind a private CA: trusted through SSL_CERT_FILE, refused without it.
+#[test]
+fn s3_over_tls_trusts_a_private_ca_from_ssl_cert_file() {
+    let bucket = S3Bucket::new("tls");
+    let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/.tools/run/tls/ca.pem");
+    assert!(
+        std::path::Path::new(ca).is_file(),
+        "scripts/setup-storage.sh makes {ca}"
+    );
+    let url = format!(
+        "s3://{}?endpoint=https://127.0.0.1:8334&path_style=true",
+        bucket.name()
+    );
+    let creds = [
+        ("AWS_ACCESS_KEY_ID", S3_ADMIN.0),
+        ("AWS_SECRET_ACCESS_KEY", S3_ADMIN.1),
+    ];
+    let mut env = creds.to_vec();
+    env.push(("SSL_CERT_FILE", ca));
+    let out = run_cli_env(&["list", "--path", &url, "--format", "json"], &env);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "[]", "an empty bucket lists no backups");
+
+    let mut env = creds.to_vec();
+    env.push(("SSL_CERT_FILE", "/dev/null"));
+    let out = run_cli_env(&["list", "--path", &url], &env);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Storage error: Failed to create S3 backend: endpoint connection error"),
+        "{stderr}"
+    );
+}

@@ -104,6 +104,7 @@ fn env_first(names: &[&str]) -> Option<String> {
 impl S3Storage {
     /// Connects to the bucket of `opts` and probes the endpoint (see [`open`]).
     pub fn open(opts: S3Options) -> Result<S3Storage> {
+        crate::install_tls_provider();
         // Our retry policy replaces rust-s3's own (process-wide) retries.
         s3::set_retries(0);
         let region_name = opts
@@ -176,6 +177,7 @@ impl S3Storage {
             attempts: self.retry.attempts.min(2),
             ..self.retry
         };
+        let mut reason = String::new();
         let outcome = retry::run(policy, "probe the S3 endpoint", || {
             match self
                 .bucket
@@ -183,13 +185,22 @@ impl S3Storage {
             {
                 Ok(_) => Ok(()),
                 Err(S3Error::HttpFailWithBody(status, _)) if status < 500 => Ok(()),
-                Err(e) => Err(classify("probe", "", e)),
+                Err(e) => {
+                    reason = safe_reason(&e);
+                    Err(classify("probe", "", e))
+                }
             }
         });
-        outcome.map_err(|e| {
-            log::debug!("S3 probe of {} failed: {e}", self.location);
-            create_error("endpoint connection error")
-        })
+        outcome.map_err(
+            |_| match reason.strip_prefix("endpoint connection error (") {
+                // Keep SPEC.md's wording and add the cause (refused, TLS certificate, timeout).
+                Some(cause) => create_error(format!(
+                    "endpoint connection error: {}",
+                    cause.trim_end_matches(')')
+                )),
+                None => create_error(format!("endpoint answered {reason}")),
+            },
+        )
     }
 
     fn run<T>(&self, what: &str, op: impl FnMut() -> std::result::Result<T, Attempt>) -> Result<T> {
@@ -545,7 +556,9 @@ pub(crate) mod tests {
         let err = S3Storage::open(o).err().expect("unreachable");
         assert_eq!(
             err,
-            Error::Storage("Failed to create S3 backend: endpoint connection error".into())
+            Error::Storage(
+                "Failed to create S3 backend: endpoint connection error: Connection refused".into()
+            )
         );
         assert!(started.elapsed() < Duration::from_secs(20));
     }
