@@ -9,6 +9,7 @@
 //! Every backend passes one conformance suite (`conformance::run`, test builds only).
 
 pub mod filesystem;
+pub mod gcs;
 pub mod memory;
 pub mod retry;
 pub mod url;
