@@ -235,7 +235,7 @@ pub enum StorageConfig {
     S3(S3Storage),
     /// `backend: azure` (not supported yet).
     Azure(AzureStorage),
-    /// `backend: gcs` (not supported yet).
+    /// `backend: gcs`: Google Cloud Storage (JSON API).
     Gcs(GcsStorage),
     /// `backend: memory`: in-memory storage for tests, not persisted.
     Memory,
@@ -1098,10 +1098,7 @@ impl Config {
     /// `Error::Config("... is not supported yet")`. Later work deletes lines from here.
     pub fn check_supported(&self) -> Result<()> {
         let backend = self.storage.backend_name();
-        if matches!(
-            self.storage,
-            StorageConfig::Azure(_) | StorageConfig::Gcs(_)
-        ) {
+        if matches!(self.storage, StorageConfig::Azure(_)) {
             return Err(config_err(format!(
                 "storage backend {backend} is not supported yet"
             )));
@@ -2129,17 +2126,6 @@ restore:
             },
             backup(),
             "storage backend azure is not supported yet",
-        );
-        check(
-            &|c| {
-                c.storage = StorageConfig::Gcs(GcsStorage {
-                    bucket: "g".into(),
-                    service_account_path: None,
-                    prefix: None,
-                })
-            },
-            restore(),
-            "storage backend gcs is not supported yet",
         );
         check(
             &|c| {

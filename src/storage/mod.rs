@@ -9,6 +9,7 @@
 //! Every backend passes one conformance suite (`conformance::run`, test builds only).
 
 pub mod filesystem;
+pub mod gcs;
 pub mod memory;
 pub mod retry;
 pub mod s3;
@@ -201,16 +202,17 @@ pub fn open_memory(name: &str, prefix: Option<&str>) -> Result<Arc<dyn Storage>>
     with_prefix(storage, prefix)
 }
 
-/// Opens the storage of the configuration's `storage` section (SPEC.md "storage"). `filesystem`
-/// and `memory` (the store `default`) are available; `s3`, `azure` and `gcs` give
-/// `Configuration error: storage backend <name> is not supported yet`.
+/// Opens the storage of the configuration's `storage` section (SPEC.md "storage"), with
+/// `storage.prefix` applied; `memory` is the process-wide store `default`. Object stores probe
+/// their endpoint here (`Storage error: Failed to create <backend> backend: ...`).
 pub fn open_config(cfg: &crate::config::StorageConfig) -> Result<Arc<dyn Storage>> {
     use crate::config::StorageConfig;
     match cfg {
         StorageConfig::Filesystem(f) => open_filesystem(&f.path, None),
         StorageConfig::Memory => open_memory(memory::DEFAULT_NAME, None),
         StorageConfig::S3(s3) => with_prefix(s3::open(s3)?, s3.prefix.as_deref()),
-        StorageConfig::Azure(_) | StorageConfig::Gcs(_) => Err(Error::Config(format!(
+        StorageConfig::Gcs(gcs) => with_prefix(gcs::open(gcs)?, gcs.prefix.as_deref()),
+        StorageConfig::Azure(_) => Err(Error::Config(format!(
             "storage backend {} is not supported yet",
             cfg.backend_name()
         ))),
