@@ -8,6 +8,7 @@
 //!
 //! Every backend passes one conformance suite (`conformance::run`, test builds only).
 
+pub mod azure;
 pub mod filesystem;
 pub mod memory;
 pub mod retry;
