@@ -73,6 +73,8 @@ pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254/metadata/identit
 const STORAGE_SCOPE: &str = "https://storage.azure.com/.default";
 /// Resource of Azure Storage for IMDS (v1-style).
 const STORAGE_RESOURCE: &str = "https://storage.azure.com/";
+/// Blobs per List Blobs page (the service's maximum).
+const LIST_PAGE_SIZE: u32 = 5000;
 /// Most blocks one blob may have (Put Block List limit).
 const MAX_BLOCKS: u64 = 50_000;
 /// Connection set-up budget of every request.
@@ -314,6 +316,8 @@ pub struct AzureBlobStorage {
     put_threshold: usize,
     block_size: usize,
     retry: Policy,
+    /// `maxresults` of List Blobs (the service's maximum is 5,000).
+    page_size: u32,
 }
 
 impl std::fmt::Debug for AzureBlobStorage {
@@ -380,6 +384,14 @@ fn parse_endpoint(endpoint: &str) -> Result<(String, String)> {
     Ok((e.to_string(), rest[host_end..].to_string()))
 }
 
+/// SPEC.md "Storage URLs" form of a container: `azure://<endpoint without scheme>/<container>`,
+/// e.g. `azure://acct.blob.core.windows.net/backups`,
+/// `azure://127.0.0.1:10000/devstoreaccount1/backups`.
+fn location_of(base_url: &str, container: &str) -> String {
+    let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
+    format!("azure://{rest}/{container}")
+}
+
 impl AzureBlobStorage {
     /// Builds the backend and makes one cheap probe request (Get Container Properties). Any HTTP
     /// answer counts as reachable: a missing container or denied access shows on the first
@@ -420,13 +432,7 @@ impl AzureBlobStorage {
                 String::new(),
             ),
         };
-        let location = format!(
-            "azure://{}/{container}",
-            base_url
-                .split_once("://")
-                .map(|(_, r)| r)
-                .unwrap_or(&base_url)
-        );
+        let location = location_of(&base_url, &container);
         let token_url = |tenant: &str| {
             format!(
                 "{}/{}/oauth2/v2.0/token",
@@ -509,6 +515,7 @@ impl AzureBlobStorage {
             put_threshold: options.put_threshold.max(1),
             block_size: options.block_size.max(1),
             retry: options.retry,
+            page_size: LIST_PAGE_SIZE,
         };
         storage.probe()?;
         Ok(storage)
@@ -580,6 +587,10 @@ impl AzureBlobStorage {
             404 => log::warn!(
                 "Azure container {} does not exist at {}",
                 self.container,
+                self.location
+            ),
+            401 | 403 => log::warn!(
+                "Azure probe of {}: HTTP {status}: check the credentials",
                 self.location
             ),
             s => log::debug!("Azure probe of {}: HTTP {s}", self.location),
@@ -657,7 +668,14 @@ impl AzureBlobStorage {
         let request = builder
             .body(call.body)
             .map_err(|e| SendError::Transport(ureq::Error::Http(e)))?;
-        self.agent.run(request).map_err(SendError::Transport)
+        let resp = self.agent.run(request).map_err(SendError::Transport)?;
+        if let Auth::Bearer(source) = &self.auth {
+            if resp.status().as_u16() == 401 {
+                // Revoked or expired early: the next request fetches a new token.
+                source.invalidate();
+            }
+        }
+        Ok(resp)
     }
 
     /// Runs `call` with retries; `handle` turns each HTTP answer into a value or an [`Attempt`].
@@ -1163,6 +1181,11 @@ impl TokenSource {
         Ok(token)
     }
 
+    /// Drops the cached token.
+    fn invalidate(&self) {
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// One token request. Returns the token and its lifetime.
     fn fetch(
         &self,
@@ -1402,7 +1425,7 @@ impl Storage for AzureBlobStorage {
             let mut call = Call::new("GET", None);
             call.query.push(("restype", "container".into()));
             call.query.push(("comp", "list".into()));
-            call.query.push(("maxresults", "5000".into()));
+            call.query.push(("maxresults", self.page_size.to_string()));
             if !prefix.is_empty() {
                 call.query.push(("prefix", prefix.to_string()));
             }
@@ -1628,22 +1651,18 @@ mod tests {
     #[test]
     fn listing_follows_markers() {
         let c = Container::new("pages");
-        let s = AzureBlobStorage::new(options(&c.name, key_cred())).expect("open");
-        let mut want: Vec<String> = (0..5010).map(|i| format!("p/k{i:05} &<>'\"")).collect();
-        // 5,010 keys: two pages of List Blobs (5,000 per page). Upload with a few threads.
-        std::thread::scope(|scope| {
-            for chunk in want.chunks(700) {
-                let s = &s;
-                scope.spawn(move || {
-                    for k in chunk {
-                        s.put_bytes(k, b"").expect("put");
-                    }
-                });
-            }
-        });
+        let mut s = AzureBlobStorage::new(options(&c.name, key_cred())).expect("open");
+        // 4 blobs per page: 23 keys take 6 pages; names need XML escaping in the answer.
+        s.page_size = 4;
+        let mut want: Vec<String> = (0..23).map(|i| format!("p/k{i:02} &<>'\"")).collect();
+        for k in &want {
+            s.put_bytes(k, b"").expect("put");
+        }
+        s.put_bytes("q", b"").expect("put");
         want.sort();
         assert_eq!(s.list("p/").expect("list"), want);
-        assert_eq!(s.list("p/k0500").expect("list").len(), 10);
+        assert_eq!(s.list("p/k1").expect("list").len(), 10);
+        assert_eq!(s.list("").expect("list").len(), 24);
     }
 
     #[test]
@@ -1791,6 +1810,7 @@ mod tests {
         c.sas_token = Some(Secret::new("sv=1&sig=x"));
         let o = AzureOptions::from_config(&c, &env_of(&sp_env)).expect("o");
         assert_eq!(o.credential, Credential::SharedKey(Secret::new("k1")));
+        assert!(!format!("{o:?}").contains("k1"), "{o:?}");
         for var in ["AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_KEY"] {
             let o = AzureOptions::from_config(&cfg("c1"), &env_of(&[(var, "k2")])).expect("o");
             assert_eq!(o.credential, Credential::SharedKey(Secret::new("k2")));
@@ -1889,6 +1909,7 @@ mod tests {
             put_threshold: 1,
             block_size: 1,
             retry: fast_retry(),
+            page_size: 1,
         };
         assert_eq!(s.url_path(Some("a b/ü+%/x~y")), "/c/a%20b/%C3%BC%2B%25/x~y");
         assert_eq!(
@@ -1912,14 +1933,19 @@ mod tests {
             let err = parse_endpoint(bad).expect_err(bad);
             assert!(!err.to_string().contains("sig=abc"), "{err}");
         }
-        // Public cloud and sovereign cloud locations (SPEC.md "Storage URLs").
-        let mut o = options("backups", Credential::Sas(Secret::new("sv=1")));
-        o.endpoint = Some("http://127.0.0.1:1".into());
-        o.retry = Policy {
-            attempts: 1,
-            ..fast_retry()
-        };
-        assert!(AzureBlobStorage::new(o).is_err());
+        // Public cloud, sovereign cloud and emulator locations (SPEC.md "Storage URLs").
+        assert_eq!(
+            location_of("https://acct.blob.core.windows.net", "backups"),
+            "azure://acct.blob.core.windows.net/backups"
+        );
+        assert_eq!(
+            location_of("https://acct.blob.core.usgovcloudapi.net", "backups"),
+            "azure://acct.blob.core.usgovcloudapi.net/backups"
+        );
+        assert_eq!(
+            location_of(ENDPOINT, "backups"),
+            "azure://127.0.0.1:10000/devstoreaccount1/backups"
+        );
         let mut o = options("Bad_Name", key_cred());
         o.endpoint = None;
         assert!(matches!(AzureBlobStorage::new(o), Err(Error::Config(_))));
@@ -2214,6 +2240,39 @@ mod tests {
         assert!(blobs[2..]
             .iter()
             .all(|r| r.headers["authorization"] == "Bearer tok-2"));
+    }
+
+    #[test]
+    fn a_refused_token_is_replaced() {
+        let (authority, token_requests) = fake_entra(3599);
+        let refused = Arc::new(AtomicU32::new(0));
+        let r = Arc::clone(&refused);
+        let (blob, _) = serve(Arc::new(move |req: &Seen| {
+            if req.method == "PUT" && r.fetch_add(1, Ordering::SeqCst) == 0 {
+                let code = (
+                    "x-ms-error-code".to_string(),
+                    "InvalidAuthenticationInfo".into(),
+                );
+                return (401, vec![code], String::new());
+            }
+            (201, vec![], String::new())
+        }));
+        let s = AzureBlobStorage::new(bearer_options(
+            &format!("{blob}/{ACCOUNT}"),
+            &authority,
+            Credential::ServicePrincipal {
+                tenant_id: "t".into(),
+                client_id: "c".into(),
+                client_secret: Secret::new("s"),
+            },
+        ))
+        .expect("open");
+        assert_eq!(
+            s.put_bytes("k", b"v").expect_err("401").to_string(),
+            "Storage error: Failed to put k: 401 InvalidAuthenticationInfo"
+        );
+        s.put_bytes("k", b"v").expect("new token");
+        assert_eq!(token_requests.lock().expect("log").len(), 2);
     }
 
     #[test]
