@@ -233,7 +233,7 @@ pub enum StorageConfig {
     Filesystem(FilesystemStorage),
     /// `backend: s3`: Amazon S3 and S3-compatible stores.
     S3(S3Storage),
-    /// `backend: azure` (not supported yet).
+    /// `backend: azure`: Azure Blob Storage.
     Azure(AzureStorage),
     /// `backend: gcs`: Google Cloud Storage (JSON API).
     Gcs(GcsStorage),
@@ -1097,12 +1097,6 @@ impl Config {
     /// Features this version parses but does not implement yet: each fails with
     /// `Error::Config("... is not supported yet")`. Later work deletes lines from here.
     pub fn check_supported(&self) -> Result<()> {
-        let backend = self.storage.backend_name();
-        if matches!(self.storage, StorageConfig::Azure(_)) {
-            return Err(config_err(format!(
-                "storage backend {backend} is not supported yet"
-            )));
-        }
         if self.mode == Mode::Backup {
             if let Some(tls) = self.source.as_ref().and_then(|s| s.tls.as_ref()) {
                 if tls.enabled {
@@ -2109,24 +2103,6 @@ restore:
                 Err(want.to_string())
             );
         };
-        check(
-            &|c| {
-                c.storage = StorageConfig::Azure(AzureStorage {
-                    account_name: "a".into(),
-                    container_name: "c".into(),
-                    account_key: None,
-                    prefix: None,
-                    endpoint: None,
-                    use_workload_identity: None,
-                    client_id: None,
-                    tenant_id: None,
-                    client_secret: None,
-                    sas_token: None,
-                })
-            },
-            backup(),
-            "storage backend azure is not supported yet",
-        );
         check(
             &|c| {
                 c.source.as_mut().expect("source").tls = Some(TlsConfig {

@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use rmq_backup::amqp::FieldTable;
+use rmq_backup::storage::Storage;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// SeaweedFS S3 with SigV4 (identities written by scripts/setup-storage.sh).
@@ -332,6 +333,251 @@ fn s3_over_tls_trusts_a_private_ca_from_ssl_cert_file() {
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("Storage error: Failed to create S3 backend: endpoint connection error"),
+        "{stderr}"
+    );
+}
+
+/// Azurite's well-known development account (public, documented by Microsoft).
+const AZ_ACCOUNT: &str = "devstoreaccount1";
+const AZ_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+const AZ_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
+
+/// A container on Azurite for one test, deleted with its blobs on drop.
+struct AzContainer(rmq_backup::storage::azure::AzureBlobStorage, String);
+
+impl AzContainer {
+    fn new(tag: &str) -> AzContainer {
+        use rmq_backup::storage::azure::{AzureBlobStorage, AzureOptions};
+        let name = unique(tag);
+        let cfg = rmq_backup::config::AzureStorage {
+            account_name: AZ_ACCOUNT.into(),
+            container_name: name.clone(),
+            account_key: Some(rmq_backup::config::Secret::new(AZ_KEY)),
+            prefix: None,
+            endpoint: Some(AZ_ENDPOINT.into()),
+            use_workload_identity: None,
+            client_id: None,
+            tenant_id: None,
+            client_secret: None,
+            sas_token: None,
+        };
+        let opts = AzureOptions::from_config(&cfg, &|_| None).expect("options");
+        let s = AzureBlobStorage::new(opts).expect("Azurite (scripts/setup-storage.sh)");
+        s.create_container().expect("create container");
+        AzContainer(s, name)
+    }
+}
+
+impl Drop for AzContainer {
+    fn drop(&mut self) {
+        let _ = self.0.delete_container();
+    }
+}
+
+#[test]
+fn azure_round_trip_through_azurite() {
+    let c = AzContainer::new("e2e");
+    let backend = Backend {
+        storage_yaml: format!(
+            "  backend: azure\n  account_name: {AZ_ACCOUNT}\n  container_name: {}\n  endpoint: \"{AZ_ENDPOINT}\"\n  account_key: \"${{RMQB_TEST_AZ_KEY}}\"\n  prefix: team/prod\n",
+            c.1
+        ),
+        url: format!("azure://127.0.0.1:10000/{AZ_ACCOUNT}/{}/team/prod", c.1),
+        env: vec![
+            ("RMQB_TEST_AZ_KEY", AZ_KEY),
+            ("AZURE_STORAGE_ACCOUNT_KEY", AZ_KEY),
+        ],
+    };
+    round_trip("azure", &backend);
+    let keys = c.0.list("").expect("list");
+    assert!(!keys.is_empty());
+    assert!(keys.iter().all(|k| k.starts_with("team/prod/")), "{keys:?}");
+}
+
+#[test]
+fn azure_errors_name_the_cause_without_secrets() {
+    let dir = TempDir::new("az-errors");
+    let vh = TestVhost::new("az-errors");
+    let yaml = backup_yaml("denied", &vh.name, &dir.path().join("unused"), "");
+    let fs_block = format!(
+        "storage:\n  backend: filesystem\n  path: \"{}\"\n",
+        dir.path().join("unused").display()
+    );
+    let az_block = |container: &str, cred: &str| {
+        format!(
+            "storage:\n  backend: azure\n  account_name: {AZ_ACCOUNT}\n  container_name: {container}\n  endpoint: \"{AZ_ENDPOINT}\"\n{cred}"
+        )
+    };
+    // A container that does not exist.
+    let cfg = write_config(
+        dir.path(),
+        "nocontainer.yaml",
+        &yaml.replace(
+            &fs_block,
+            &az_block(
+                "rmqb-no-such-container",
+                &format!("  account_key: \"{AZ_KEY}\"\n"),
+            ),
+        ),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Storage error: Failed to put denied/manifest.json: ContainerNotFound"),
+        "{stderr}"
+    );
+    // A wrong key: denied, and the key never shows, even at -vv.
+    let c = AzContainer::new("denied");
+    let wrong = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk=";
+    let cfg = write_config(
+        dir.path(),
+        "denied.yaml",
+        &yaml.replace(
+            &fs_block,
+            &az_block(&c.1, &format!("  account_key: \"{wrong}\"\n")),
+        ),
+    );
+    let out = run_cli(&["-vv", "backup", "--config", &cfg]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("403 Forbidden"), "{stderr}");
+    assert!(
+        !stdout.contains(wrong) && !stderr.contains(wrong),
+        "{stderr}"
+    );
+    // A backup that is not there, through the URL.
+    let out = run_cli_env(
+        &[
+            "describe",
+            "--path",
+            &format!("azure://127.0.0.1:10000/{AZ_ACCOUNT}/{}", c.1),
+            "--backup-id",
+            "nothing-here",
+        ],
+        &[("AZURE_STORAGE_ACCOUNT_KEY", AZ_KEY)],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Storage error: Key not found: nothing-here/manifest.json"),
+        "{stderr}"
+    );
+    // An endpoint where nothing listens.
+    let out = run_cli_env(
+        &[
+            "list",
+            "--path",
+            &format!("azure://127.0.0.1:1/{AZ_ACCOUNT}/c"),
+        ],
+        &[("AZURE_STORAGE_ACCOUNT_KEY", AZ_KEY)],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Storage error: Failed to create Azure backend: endpoint connection error"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(AZ_KEY));
+}
+
+const GCS_ENDPOINT: &str = "http://127.0.0.1:4443";
+
+/// A bucket on fake-gcs-server for one test, emptied and deleted on drop.
+struct GcsBucket(String);
+
+impl GcsBucket {
+    fn new(tag: &str) -> GcsBucket {
+        let name = unique(tag);
+        ureq::post(&format!("{GCS_ENDPOINT}/storage/v1/b?project=test"))
+            .send_json(serde_json::json!({ "name": name }))
+            .unwrap_or_else(|e| panic!("create bucket {name} (scripts/setup-storage.sh): {e}"));
+        GcsBucket(name)
+    }
+
+    fn storage(&self) -> std::sync::Arc<dyn rmq_backup::storage::Storage> {
+        use rmq_backup::storage::gcs::{Credentials, GcsBackend, GcsOptions};
+        let mut opts = GcsOptions::new(&self.0, Credentials::Anonymous);
+        opts.endpoint = Some(GCS_ENDPOINT.into());
+        std::sync::Arc::new(GcsBackend::new(opts).expect("fake-gcs-server"))
+    }
+}
+
+impl Drop for GcsBucket {
+    fn drop(&mut self) {
+        let s = self.storage();
+        for k in s.list("").unwrap_or_default() {
+            let _ = s.delete(&k);
+        }
+        let _ = ureq::delete(&format!("{GCS_ENDPOINT}/storage/v1/b/{}", self.0)).call();
+    }
+}
+
+#[test]
+fn gcs_round_trip_through_fake_gcs_server() {
+    let b = GcsBucket::new("e2e");
+    let backend = Backend {
+        storage_yaml: format!("  backend: gcs\n  bucket: {}\n  prefix: team/prod\n", b.0),
+        url: format!("gs://{}/team/prod", b.0),
+        env: vec![("STORAGE_EMULATOR_HOST", GCS_ENDPOINT)],
+    };
+    round_trip("gcs", &backend);
+    let keys = b.storage().list("").expect("list");
+    assert!(!keys.is_empty());
+    assert!(keys.iter().all(|k| k.starts_with("team/prod/")), "{keys:?}");
+}
+
+#[test]
+fn gcs_errors_name_the_cause() {
+    let dir = TempDir::new("gcs-errors");
+    let vh = TestVhost::new("gcs-errors");
+    let yaml = backup_yaml("nobucket", &vh.name, &dir.path().join("unused"), "");
+    let fs_block = format!(
+        "storage:\n  backend: filesystem\n  path: \"{}\"\n",
+        dir.path().join("unused").display()
+    );
+    let cfg = write_config(
+        dir.path(),
+        "nobucket.yaml",
+        &yaml.replace(
+            &fs_block,
+            "storage:\n  backend: gcs\n  bucket: rmqb-no-such-bucket\n",
+        ),
+    );
+    let emulator = [("STORAGE_EMULATOR_HOST", GCS_ENDPOINT)];
+    let out = run_cli_env(&["backup", "--config", &cfg], &emulator);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Storage error: Failed to put nobucket/manifest.json: NoSuchBucket"),
+        "{stderr}"
+    );
+    let b = GcsBucket::new("missing");
+    let out = run_cli_env(
+        &[
+            "validate",
+            "--path",
+            &format!("gcs://{}", b.0),
+            "--backup-id",
+            "nothing-here",
+        ],
+        &emulator,
+    );
+    let (stdout, stderr) = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Storage error: Key not found: nothing-here/manifest.json"),
+        "{stderr}"
+    );
+    let out = run_cli_env(
+        &["list", "--path", "gcs://any-bucket"],
+        &[("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1")],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Storage error: Failed to create GCS backend: endpoint connection error"),
         "{stderr}"
     );
 }

@@ -8,6 +8,7 @@
 //!
 //! Every backend passes one conformance suite (`conformance::run`, test builds only).
 
+pub mod azure;
 pub mod filesystem;
 pub mod gcs;
 pub mod memory;
@@ -212,10 +213,7 @@ pub fn open_config(cfg: &crate::config::StorageConfig) -> Result<Arc<dyn Storage
         StorageConfig::Memory => open_memory(memory::DEFAULT_NAME, None),
         StorageConfig::S3(s3) => with_prefix(s3::open(s3)?, s3.prefix.as_deref()),
         StorageConfig::Gcs(gcs) => with_prefix(gcs::open(gcs)?, gcs.prefix.as_deref()),
-        StorageConfig::Azure(_) => Err(Error::Config(format!(
-            "storage backend {} is not supported yet",
-            cfg.backend_name()
-        ))),
+        StorageConfig::Azure(az) => with_prefix(azure::open(az)?, az.prefix.as_deref()),
     }
 }
 

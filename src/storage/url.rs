@@ -241,7 +241,9 @@ pub fn parse_storage_url(url: &str) -> Result<StorageUrl> {
             let host_only = host_only.trim_start_matches('[').trim_end_matches(']');
             let emulator =
                 host_only.eq_ignore_ascii_case("localhost") || host_only.parse::<IpAddr>().is_ok();
-            let mut segments = path.trim_start_matches('/').splitn(2, '/');
+            // account (emulator only) / container / prefix
+            let parts = if emulator { 3 } else { 2 };
+            let mut segments = path.trim_start_matches('/').splitn(parts, '/');
             let (account, endpoint) = if emulator {
                 let account = decode(segments.next().unwrap_or(""), trimmed)?;
                 let endpoint = format!("http://{authority}/{account}");
@@ -425,9 +427,27 @@ pub fn open_url(url: &StorageUrl) -> Result<Arc<dyn Storage>> {
             let storage: Arc<dyn Storage> = Arc::new(super::s3::S3Storage::open(opts)?);
             super::with_prefix(storage, prefix.as_deref())
         }
-        StorageUrl::Azure { .. } => Err(Error::Config(
-            "storage backend azure is not supported yet".into(),
-        )),
+        StorageUrl::Azure {
+            account,
+            container,
+            prefix,
+            endpoint,
+        } => {
+            // Credentials come from the AZURE_* environment variables or the default chain.
+            let cfg = crate::config::AzureStorage {
+                account_name: account.clone(),
+                container_name: container.clone(),
+                account_key: None,
+                prefix: None,
+                endpoint: endpoint.clone(),
+                use_workload_identity: None,
+                client_id: None,
+                tenant_id: None,
+                client_secret: None,
+                sas_token: None,
+            };
+            super::with_prefix(super::azure::open(&cfg)?, prefix.as_deref())
+        }
         StorageUrl::Gcs { bucket, prefix } => {
             // Credentials come from GOOGLE_APPLICATION_CREDENTIALS or the default chain.
             let cfg = crate::config::GcsStorage {
@@ -532,6 +552,15 @@ mod tests {
                 endpoint: Some("http://127.0.0.1:10000/devstoreaccount1".into()),
             }
         );
+        assert_eq!(
+            ok("az://localhost:10000/devstoreaccount1/c/team/prod/"),
+            StorageUrl::Azure {
+                account: "devstoreaccount1".into(),
+                container: "c".into(),
+                prefix: Some("team/prod".into()),
+                endpoint: Some("http://localhost:10000/devstoreaccount1".into()),
+            }
+        );
         assert!(err("azure://acct.blob.core.windows.net").contains("container"));
         assert!(err("azure://acct.blob.core.windows.net/").contains("container"));
         assert!(err("azure://").starts_with("Configuration error: Invalid storage URL: "));
@@ -610,16 +639,5 @@ mod tests {
         let again = open_url(&StorageUrl::Memory("default".into())).expect("again");
         assert_eq!(again.get_bytes(&key).expect("shared"), b"x");
         again.delete(&key).expect("delete");
-
-        for (url, name) in [
-            ("az://a.blob.core.windows.net/c", "azure"),
-        ] {
-            assert_eq!(
-                open_url(&ok(url)).err(),
-                Some(Error::Config(format!(
-                    "storage backend {name} is not supported yet"
-                )))
-            );
-        }
     }
 }
