@@ -1,0 +1,164 @@
+//! Shared by the benchmark examples (`bench`, `storage_bench`): seeding, the raw client's read
+//! and publish, and running rmq-backup with its peak RSS.
+#![allow(dead_code)]
+
+use rmq_backup::amqp::{
+    AmqpUrl, BasicProperties, ConnectOptions, Connection, FieldTable, FieldValue,
+};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672";
+pub const MGMT: &str = "http://127.0.0.1:15672";
+
+pub fn connect(vhost: &str) -> Connection {
+    let url = AmqpUrl::parse(&format!("{AMQP}/{vhost}")).expect("url");
+    Connection::open(&ConnectOptions::new(url)).expect("connect")
+}
+
+pub fn headers(i: usize) -> FieldTable {
+    (0..20)
+        .map(|h| {
+            let v = match h % 4 {
+                0 => FieldValue::LongString(format!("value-{h}-{i}").into_bytes()),
+                1 => FieldValue::I64((i * h) as i64),
+                2 => FieldValue::Bool(h % 3 == 0),
+                _ => FieldValue::I32(h as i32),
+            };
+            (format!("header-{h}"), v)
+        })
+        .collect()
+}
+
+pub fn publish(conn: &Connection, queue: &str, n: usize, size: usize, text: bool) -> Duration {
+    let ch = conn.open_channel().expect("channel");
+    ch.confirm_select().expect("confirm");
+    // Random bodies (xorshift: compression works hardest) or JSON-like text (typical payloads).
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut body = vec![0u8; size];
+    let started = Instant::now();
+    for i in 0..n {
+        if text {
+            let doc = format!(
+                "{{\"order_id\":{i},\"customer\":\"c-{}\",\"status\":\"created\",\"amount\":{}.{:02},\"items\":[",
+                i % 9973,
+                i % 5000,
+                i % 100
+            );
+            body.clear();
+            body.extend_from_slice(doc.as_bytes());
+            while body.len() < size {
+                body.extend_from_slice(
+                    format!(
+                        "{{\"sku\":\"SKU-{}\",\"qty\":{}}},",
+                        body.len() * 7 % 1000,
+                        i % 9
+                    )
+                    .as_bytes(),
+                );
+            }
+            body.truncate(size);
+        } else {
+            for b in body.iter_mut() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = (state >> 24) as u8;
+            }
+        }
+        let props = BasicProperties {
+            delivery_mode: Some(2),
+            message_id: Some(format!("m-{i}")),
+            headers: Some(headers(i)),
+            ..Default::default()
+        };
+        ch.basic_publish("", queue, true, &props, &body)
+            .expect("publish");
+        if ch.outstanding_confirms() >= 1000 {
+            ch.wait_for_confirms(500, Duration::from_secs(60))
+                .expect("confirms");
+        }
+    }
+    ch.wait_for_confirms(0, Duration::from_secs(60))
+        .expect("confirms");
+    let took = started.elapsed();
+    ch.close().expect("close");
+    took
+}
+
+pub fn raw_read(conn: &Connection, queue: &str, n: usize) -> Duration {
+    let started = Instant::now();
+    let mut read = 0;
+    let mut channels = Vec::new();
+    while read < n {
+        let window = (n - read).min(65_535);
+        let ch = conn.open_channel().expect("channel");
+        ch.basic_qos(window as u16, false).expect("qos");
+        let consumer = ch
+            .basic_consume(queue, "bench", false, false, &FieldTable::new())
+            .expect("consume");
+        for _ in 0..window {
+            consumer
+                .recv_timeout(Duration::from_secs(60))
+                .expect("recv")
+                .expect("delivery");
+            read += 1;
+        }
+        channels.push(ch);
+    }
+    let took = started.elapsed();
+    for ch in channels {
+        ch.close().expect("close");
+    }
+    took
+}
+
+/// Runs rmq-backup, returning its wall time and peak RSS in KiB (VmHWM polled every 20 ms).
+pub fn run_tool(bin: &str, args: &[&str]) -> (Duration, u64) {
+    run_tool_env(bin, args, &[])
+}
+
+/// [`run_tool`] with extra environment variables.
+pub fn run_tool_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (Duration, u64) {
+    let started = Instant::now();
+    let mut child = Command::new(bin)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn rmq-backup");
+    let status_path = format!("/proc/{}/status", child.id());
+    let mut peak = 0u64;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(&status_path) {
+            if let Some(kb) = s
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                peak = peak.max(kb);
+            }
+        }
+        if let Some(status) = child.try_wait().expect("wait") {
+            let took = started.elapsed();
+            let mut out = String::new();
+            if let Some(mut o) = child.stdout.take() {
+                let _ = std::io::Read::read_to_string(&mut o, &mut out);
+            }
+            print!("    {out}");
+            assert!(status.success(), "rmq-backup {args:?} failed: {status}");
+            return (took, peak);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn rate(n: usize, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64()
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
