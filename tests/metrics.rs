@@ -325,6 +325,7 @@ fn restore_metrics_while_it_runs() {
     let small_labels = labels("a-small", &target, "quorum");
     let big_labels = labels("b-big", &target, "classic");
     let mut mid = None;
+    let mut confirmed_mid = 0;
     while run.running() {
         if let Some(a) = get(&addr, "/metrics") {
             assert_eq!(a.content_type, "text/plain; version=0.0.4");
@@ -334,6 +335,13 @@ fn restore_metrics_while_it_runs() {
                 &format!("broker_restore_messages_published{big_labels}"),
             );
             if published.is_some_and(|n| (1..1400).contains(&n)) {
+                confirmed_mid = confirmed_mid.max(
+                    sample(
+                        &a.body,
+                        &format!("broker_restore_messages_confirmed{big_labels}"),
+                    )
+                    .unwrap_or(0),
+                );
                 check_other_endpoints(&addr);
                 mid = Some(a.body);
             }
@@ -365,6 +373,10 @@ fn restore_metrics_while_it_runs() {
     )
     .unwrap();
     assert!(confirmed <= published && published < 1500, "{mid}");
+    assert!(
+        confirmed_mid > 0,
+        "confirms are counted while the restore runs"
+    );
     assert_eq!(
         sample(&mid, "broker_backup_amqp_connections_active"),
         Some(1),
