@@ -87,6 +87,10 @@ impl Drop for MetricsServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // Requests already accepted get their answer (the final values), not tiny_http's 500.
+        while let Ok(Some(request)) = self.server.try_recv() {
+            respond(global(), &self.path, request);
+        }
     }
 }
 
