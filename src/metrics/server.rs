@@ -87,9 +87,13 @@ impl Drop for MetricsServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        // Requests already accepted get their answer (the final values), not tiny_http's 500.
-        while let Ok(Some(request)) = self.server.try_recv() {
-            respond(global(), &self.path, request);
+        // Requests already accepted get their answer (the final values), not tiny_http's 500;
+        // a bounded number, so that a busy client cannot hold the exit.
+        for _ in 0..16 {
+            match self.server.try_recv() {
+                Ok(Some(request)) => respond(global(), &self.path, request),
+                _ => break,
+            }
         }
     }
 }
