@@ -17,7 +17,9 @@ use crate::definitions;
 use crate::error::{Error, Result};
 use crate::management::{ManagementClient, QueueInfo};
 use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
+use crate::metrics::{self, BackupQueueMetrics};
 use crate::now_ms;
+use crate::progress;
 use crate::reader;
 use crate::record::{encode_record, BackupRecord};
 use crate::segment::{Compression, SegmentWriter};
@@ -58,7 +60,23 @@ pub struct BackupSummary {
 ///
 /// Errors: the first failure (management API, AMQP, storage, ...). When queues fail the
 /// manifest is still written, with `completed_at: null`, so the run reads as interrupted.
+/// Every failure is counted in `broker_backup_errors` (`crate::metrics`): a queue's with its
+/// queue and vhost, the job's own with empty labels.
 pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
+    let mut queue_failed = false;
+    let result = run_job(cfg, storage, &mut queue_failed);
+    if let (Err(e), false) = (&result, queue_failed) {
+        metrics::global().error("", "", e);
+    }
+    result
+}
+
+/// [`run`]; sets `queue_failed` when the error returned is a queue's (already counted).
+fn run_job(
+    cfg: &Config,
+    storage: Arc<dyn Storage>,
+    queue_failed: &mut bool,
+) -> Result<BackupSummary> {
     let started = Instant::now();
     let source = cfg.require_source()?;
     let opts = &cfg.backup;
@@ -97,6 +115,11 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
     }
 
     let spool = SpoolDir::create(backup_id)?;
+    let display = progress::start(
+        &format!("backup {backup_id}"),
+        queues.len(),
+        queues.iter().map(|q| q.messages).sum(),
+    );
     let ctx = QueueContext {
         source,
         opts,
@@ -106,6 +129,7 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
         stop: AtomicBool::new(false),
     };
     let results = run_queues(&ctx, storage.clone(), &queues);
+    drop(display);
 
     let mut first_error: Option<Error> = None;
     let mut failures = 0usize;
@@ -119,6 +143,7 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
             Err(e) => {
                 failures += 1;
                 log::error!("queue {} in vhost {} failed: {e}", info.name, info.vhost);
+                metrics::global().error(&info.name, &info.vhost, &e);
                 first_error.get_or_insert(e);
             }
         }
@@ -137,6 +162,7 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
             "backup {backup_id} is incomplete: {failures} of {} queue(s) failed; its manifest has completed_at null",
             queues.len()
         );
+        *queue_failed = true;
         return Err(e);
     }
     Ok(BackupSummary {
@@ -369,16 +395,26 @@ fn backup_queue(
     options.consumer_buffer = CONSUMER_BUFFER;
     let conn = Connection::open(&options)?;
     log::info!("queue {} in vhost {}: backing up", q.name, q.vhost);
+    // Resolved once: the per-message updates below are relaxed atomic adds.
+    let m = metrics::global().backup_queue(&q.name, &q.vhost, kind.as_str());
+    let _row = progress::row(
+        format!("{} (vhost {})", q.name, q.vhost),
+        q.messages,
+        m.messages_read.clone(),
+        m.bytes_read.clone(),
+    );
 
     let (batch_tx, batch_rx) = bounded::<Vec<BackupRecord>>(BATCH_CHANNEL);
     let started = Instant::now();
     let (read, built) = std::thread::scope(|s| {
         let builder = spawn_named(s, "segment-builder", || {
-            build_segments(ctx, q, batch_rx, uploads)
+            build_segments(ctx, q, &m, batch_rx, uploads)
         });
         let mut batch: Vec<BackupRecord> = Vec::with_capacity(BATCH_RECORDS);
         let mut batch_bytes = 0usize;
         let mut sink = |d: crate::amqp::Delivery| -> Result<()> {
+            m.messages_read.inc();
+            m.bytes_read.add(d.body.len() as u64);
             batch_bytes += d.body.len();
             batch.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()));
             if batch.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
@@ -453,6 +489,10 @@ struct Upload {
     sequence: u64,
     writer: SegmentWriter,
     reply: Sender<Result<SegmentMetadata>>,
+    /// The queue's counters (segments written and their bytes).
+    metrics: BackupQueueMetrics,
+    /// The queue and vhost, for `broker_backup_errors`.
+    queue: (String, String),
 }
 
 /// Receives batches of records, encodes them, appends them to the current segment,
@@ -461,6 +501,7 @@ struct Upload {
 fn build_segments(
     ctx: &QueueContext,
     q: &QueueInfo,
+    m: &BackupQueueMetrics,
     batches: Receiver<Vec<BackupRecord>>,
     uploads: &Sender<Upload>,
 ) -> Result<Vec<SegmentMetadata>> {
@@ -474,12 +515,22 @@ fn build_segments(
     // thread, so reading and compressing go on meanwhile.
     let rotate = |current: &mut Option<(SegmentWriter, Instant)>,
                   sequence: &mut u64,
-                  pending: &mut Vec<Receiver<Result<SegmentMetadata>>>|
+                  pending: &mut Vec<Receiver<Result<SegmentMetadata>>>,
+                  why: &str|
      -> Result<()> {
-        let Some((writer, _)) = current.take() else {
+        let Some((writer, opened)) = current.take() else {
             return Ok(());
         };
         *sequence += 1;
+        log::trace!(
+            "queue {} in vhost {}: segment {} closed ({why}): {} records, {} bytes uncompressed, {} ms old",
+            q.name,
+            q.vhost,
+            *sequence,
+            writer.record_count(),
+            writer.uncompressed_bytes(),
+            opened.elapsed().as_millis()
+        );
         let key = manifest::segment_key(
             ctx.backup_id,
             &q.vhost,
@@ -494,6 +545,8 @@ fn build_segments(
                 sequence: *sequence,
                 writer,
                 reply: tx,
+                metrics: m.clone(),
+                queue: (q.name.clone(), q.vhost.clone()),
             })
             .map_err(|_| Error::Io("segment uploaders stopped".into()))?;
         pending.push(rx);
@@ -512,7 +565,12 @@ fn build_segments(
         let batch = match batches.recv_timeout(wait) {
             Ok(b) => b,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                rotate(&mut current, &mut sequence, &mut pending)?;
+                rotate(
+                    &mut current,
+                    &mut sequence,
+                    &mut pending,
+                    "segment_max_interval_ms",
+                )?;
                 continue;
             }
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
@@ -531,10 +589,19 @@ fn build_segments(
                 )
             });
             if full {
-                rotate(&mut current, &mut sequence, &mut pending)?;
+                rotate(&mut current, &mut sequence, &mut pending, "full or old")?;
             }
             if current.is_none() {
                 let path = unique_file(ctx.spool, &format!("{}-{}", q.vhost, q.name));
+                log::trace!(
+                    "queue {} in vhost {}: segment {} opened in {} ({:?}, level {})",
+                    q.name,
+                    q.vhost,
+                    sequence + 1,
+                    path.display(),
+                    ctx.compression,
+                    ctx.opts.compression_level
+                );
                 current = Some((
                     SegmentWriter::create(&path, ctx.compression, ctx.opts.compression_level)?,
                     Instant::now(),
@@ -545,7 +612,7 @@ fn build_segments(
             }
         }
     }
-    rotate(&mut current, &mut sequence, &mut pending)?;
+    rotate(&mut current, &mut sequence, &mut pending, "end of queue")?;
     pending
         .into_iter()
         .map(|rx| {
@@ -584,7 +651,16 @@ fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
                 finished.size_bytes,
                 finished.uncompressed_bytes
             );
-            put_with_retries(storage, &job.key, &finished.path)?;
+            put_with_retries(storage, &job.key, &finished.path, &job.queue)?;
+            job.metrics.segments_written.inc();
+            job.metrics.segments_bytes.add(finished.size_bytes);
+            log::trace!(
+                "segment {} stored: sha256 {}, timestamps {:?}..{:?}",
+                job.key,
+                finished.checksum,
+                finished.first_timestamp,
+                finished.last_timestamp
+            );
             Ok(SegmentMetadata::from_finished(
                 job.key.clone(),
                 job.sequence,
@@ -597,13 +673,19 @@ fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
     }
 }
 
-fn put_with_retries(storage: &dyn Storage, key: &str, path: &Path) -> Result<()> {
+fn put_with_retries(
+    storage: &dyn Storage,
+    key: &str,
+    path: &Path,
+    (queue, vhost): &(String, String),
+) -> Result<()> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         match storage.put_file_owned(key, path) {
             Ok(()) => return Ok(()),
             Err(e) if e.is_transient() && attempt < UPLOAD_ATTEMPTS => {
+                metrics::global().error(queue, vhost, &e);
                 let jitter = (now_ms() % 100) as u64;
                 let delay = Duration::from_millis(200 * (1 << attempt) + jitter);
                 log::warn!("{e}; retrying {key} in {} ms", delay.as_millis());

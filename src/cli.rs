@@ -4,10 +4,11 @@
 use crate::config::{Config, Mode};
 use crate::error::{Error, Result};
 use crate::inspect::{self, Format};
+use crate::metrics::server::MetricsServer;
 use crate::storage::{self, Storage};
 use crate::{backup, restore};
 use argh::FromArgs;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -139,9 +140,18 @@ pub fn preprocess(args: &[String]) -> (u8, Vec<String>) {
     (verbosity, rest)
 }
 
+/// Logging to stderr: info by default, `-v` debug, `-vv` trace for this crate (and libraries
+/// too at trace), `RUST_LOG` instead when set. On a terminal, records go through
+/// [`crate::progress::LogWriter`] so that they never mix with the progress display.
 fn init_logging(verbosity: u8) {
     let mut b = env_logger::Builder::new();
-    b.target(env_logger::Target::Stderr);
+    if std::io::stderr().is_terminal() {
+        b.target(env_logger::Target::Pipe(Box::new(
+            crate::progress::LogWriter,
+        )));
+    } else {
+        b.target(env_logger::Target::Stderr);
+    }
     match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => {
             b.parse_filters(&spec);
@@ -217,6 +227,7 @@ fn run(command: Command) -> Result<i32> {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
+            let _metrics = start_metrics(&cfg)?;
             let storage = storage::open_config(&cfg.storage)?;
             let s = backup::run(&cfg, storage)?;
             let secs = s.elapsed.as_secs_f64();
@@ -238,6 +249,7 @@ fn run(command: Command) -> Result<i32> {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
+            let _metrics = start_metrics(&cfg)?;
             let storage = storage::open_config(&cfg.storage)?;
             let s = restore::run(&cfg, storage)?;
             print_restore(&s);
@@ -262,6 +274,15 @@ fn run(command: Command) -> Result<i32> {
             print!("{}", report.render(cmd.format)?);
             Ok(if report.is_valid() { 0 } else { EXIT_DAMAGED })
         }
+    }
+}
+
+/// The metrics server of `cfg.metrics` when it is present and enabled, before anything
+/// touches the broker or storage, so a taken port fails the run at once.
+fn start_metrics(cfg: &Config) -> Result<Option<MetricsServer>> {
+    match &cfg.metrics {
+        Some(m) if m.enabled => MetricsServer::start(m).map(Some),
+        _ => Ok(None),
     }
 }
 

@@ -99,7 +99,7 @@ pub struct Config {
     /// Checkpoint storage for resumable backups (not supported yet).
     #[serde(default)]
     pub offset_storage: Option<OffsetStorageConfig>,
-    /// Metrics server (not supported yet when enabled).
+    /// Metrics server; absent means none (`metrics: {}` serves on 0.0.0.0:8080).
     #[serde(default)]
     pub metrics: Option<MetricsConfig>,
 }
@@ -706,7 +706,7 @@ impl Default for OffsetStorageConfig {
     }
 }
 
-/// `metrics` (SPEC.md): the metrics HTTP server (not supported yet when enabled).
+/// `metrics` (SPEC.md): the metrics HTTP server (`crate::metrics::server`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
@@ -1137,11 +1137,6 @@ impl Config {
         if self.mode == Mode::Restore && self.restore.checkpoint_state.is_some() {
             return Err(config_err(
                 "restore.checkpoint_state: resumable restore is not supported yet",
-            ));
-        }
-        if self.metrics.as_ref().is_some_and(|m| m.enabled) {
-            return Err(config_err(
-                "metrics: the metrics server is not supported yet",
             ));
         }
         Ok(())
@@ -2132,11 +2127,6 @@ restore:
             &|c| c.restore.checkpoint_state = Some("/tmp/r.db".into()),
             restore(),
             "restore.checkpoint_state: resumable restore is not supported yet",
-        );
-        check(
-            &|c| c.metrics = Some(MetricsConfig::default()),
-            restore(),
-            "metrics: the metrics server is not supported yet",
         );
         // Disabled or irrelevant settings are accepted.
         let mut c = backup();

@@ -7,7 +7,8 @@
 //! - [`amqp`]: the synchronous AMQP 0-9-1 client; [`management`]: the management HTTP API;
 //! - [`reader`]: reading a queue without losing it (the requeue strategies);
 //! - [`record`], [`segment`], [`manifest`]: the backup format; [`storage`]: where it is kept;
-//! - [`backup`], [`restore`], [`definitions`], [`inspect`]: the jobs; [`cli`]: the command line.
+//! - [`backup`], [`restore`], [`definitions`], [`inspect`]: the jobs; [`cli`]: the command line;
+//! - [`metrics`]: the metrics, health and their HTTP server; [`progress`]: progress on a terminal.
 
 pub mod amqp;
 pub mod backup;
@@ -19,6 +20,8 @@ pub mod error;
 pub mod inspect;
 pub mod management;
 pub mod manifest;
+pub mod metrics;
+pub mod progress;
 pub mod reader;
 pub mod record;
 pub mod restore;

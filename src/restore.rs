@@ -17,6 +17,8 @@ use crate::definitions::{self, ImportSummary};
 use crate::error::{Error, Result};
 use crate::management::ManagementClient;
 use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
+use crate::metrics::{self, Counter, RestoreQueueMetrics};
+use crate::progress;
 use crate::record::{decode_record, BackupRecord};
 use crate::segment::{sha256_file, SegmentReader};
 use crate::spool::{spawn_named, unique_file, SpoolDir};
@@ -86,7 +88,25 @@ pub struct QueueRestore {
 /// Errors: `Storage error: Key not found: <id>/manifest.json` when the backup is absent;
 /// segment damage (`Serialization error: CRC32 mismatch ...`); AMQP errors of the target
 /// (`NOT_FOUND - no queue ...`); messages the target nacked or could not route.
+///
+/// Metrics (`crate::metrics`): published, confirmed and failed messages per target queue;
+/// every failure in `broker_backup_errors`, a queue's with its target queue and vhost, the
+/// job's own with empty labels.
 pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
+    let mut queue_failed = false;
+    let result = run_job(cfg, storage, &mut queue_failed);
+    if let (Err(e), false) = (&result, queue_failed) {
+        metrics::global().error("", "", e);
+    }
+    result
+}
+
+/// [`run`]; sets `queue_failed` when the error returned is a queue's (already counted).
+fn run_job(
+    cfg: &Config,
+    storage: Arc<dyn Storage>,
+    queue_failed: &mut bool,
+) -> Result<RestoreSummary> {
     let started = Instant::now();
     let target = cfg.require_target()?;
     let opts = &cfg.restore;
@@ -151,6 +171,11 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
     type Outcome = Option<(QueueRestore, Result<()>)>;
     let results: Mutex<Vec<Outcome>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let workers = opts.max_concurrent_queues.max(1).min(jobs.len().max(1));
+    let display = progress::start(
+        &format!("restore {backup_id}"),
+        summary.queues.len(),
+        summary.queues.iter().map(|q| q.in_backup).sum(),
+    );
     std::thread::scope(|s| {
         for _ in 0..workers {
             spawn_named(s, "queue-publisher", || loop {
@@ -174,6 +199,7 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
             });
         }
     });
+    drop(display);
     let mut first_error = None;
     for (i, r) in results
         .into_inner()
@@ -191,6 +217,10 @@ pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
                     q.source_queue,
                     q.source_vhost
                 );
+                metrics::global().error(&q.target_queue, &q.target_vhost, &e);
+                if first_error.is_none() {
+                    *queue_failed = true;
+                }
                 first_error.get_or_insert(e);
             }
             None => {
@@ -353,6 +383,19 @@ fn restore_queue(
         entry.target_vhost, entry.target_queue
     );
     let conn = Connection::open(&options)?;
+    // Resolved once: the per-message updates are relaxed atomic adds.
+    let m = metrics::global().restore_queue(
+        &entry.target_queue,
+        &entry.target_vhost,
+        entry.queue_type.unwrap_or(QueueType::Classic).as_str(),
+    );
+    let bytes = Counter::default();
+    let _row = progress::row(
+        format!("{} (vhost {})", entry.target_queue, entry.target_vhost),
+        entry.in_backup,
+        m.published.clone(),
+        bytes.clone(),
+    );
     let channel = conn.open_channel()?;
     if opts.publish_mode == PublishMode::DirectToQueue {
         // A missing queue fails here, with the broker's NOT_FOUND, before anything is published.
@@ -381,7 +424,7 @@ fn restore_queue(
         let decoder = spawn_named(s, "segment-decoder", move || {
             decode_segments(opts, storage, spool, backup, &tx, outside)
         });
-        let published = publish_records(&channel, opts, limiter, window, &rx, entry);
+        let published = publish_records(&channel, opts, limiter, window, &rx, entry, &m, &bytes);
         // Unblock the decoder if publishing stopped early.
         drop(rx);
         let decoded = decoder
@@ -397,7 +440,7 @@ fn restore_queue(
         // the publishes before it has arrived.
         channel.basic_qos(0, false)?;
     }
-    settle(&channel, 0, entry)?;
+    settle(&channel, 0, entry, &m)?;
     channel.close()?;
     conn.close()?;
     log::info!(
@@ -437,6 +480,14 @@ fn decode_segments(
                 "segment {}: {} records",
                 segment.key,
                 reader.header().record_count
+            );
+            log::trace!(
+                "segment {} verified: {} bytes, sha256 {}, timestamps {:?}..{:?}",
+                segment.key,
+                segment.size_bytes,
+                segment.checksum,
+                segment.first_timestamp,
+                segment.last_timestamp
             );
             let mut batch = Vec::with_capacity(RECORD_BATCH);
             let mut batch_bytes = 0usize;
@@ -492,6 +543,8 @@ fn verified_segment(path: &Path, segment: &SegmentMetadata) -> Result<SegmentRea
 }
 
 /// Publishes the decoded records as they arrive, keeping at most `window` unconfirmed.
+/// Counts each publish in `m` and its body in `bytes`.
+#[allow(clippy::too_many_arguments)]
 fn publish_records(
     channel: &Channel,
     opts: &RestoreOptions,
@@ -499,6 +552,8 @@ fn publish_records(
     window: u64,
     rx: &crossbeam_channel::Receiver<Vec<BackupRecord>>,
     entry: &mut QueueRestore,
+    m: &RestoreQueueMetrics,
+    bytes: &Counter,
 ) -> Result<()> {
     for batch in rx.iter() {
         for mut record in batch {
@@ -513,12 +568,16 @@ fn publish_records(
             limiter.acquire();
             channel.basic_publish(exchange, routing_key, true, &properties, &body)?;
             entry.published += 1;
+            m.published.inc();
+            bytes.add(body.len() as u64);
             if channel.outstanding_confirms() >= window {
-                settle(channel, window / 2, entry)?;
+                settle(channel, window / 2, entry, m)?;
             } else if !opts.publisher_confirms && entry.published.is_multiple_of(window) {
-                settle(channel, 0, entry)?; // collects the returns so far, waits for nothing
+                settle(channel, 0, entry, m)?; // collects the returns so far, waits for nothing
             }
         }
+        // Counts the confirms so far without waiting: the metrics stay current between windows.
+        settle(channel, u64::MAX, entry, m)?;
     }
     Ok(())
 }
@@ -550,8 +609,15 @@ fn target_of<'a>(
 }
 
 /// Waits until at most `max_outstanding` publishes are unconfirmed and counts the outcome:
-/// nacks and returns are failures, every other settled publish is confirmed.
-fn settle(channel: &Channel, max_outstanding: u64, entry: &mut QueueRestore) -> Result<()> {
+/// nacks and returns are failures, every other settled publish is confirmed (in `entry` and in
+/// the metrics `m`).
+fn settle(
+    channel: &Channel,
+    max_outstanding: u64,
+    entry: &mut QueueRestore,
+    m: &RestoreQueueMetrics,
+) -> Result<()> {
+    let (failed_before, confirmed_before) = (entry.failed, entry.confirmed);
     let confirm_mode = channel.confirm_mode();
     let status = channel.wait_for_confirms(max_outstanding, CONFIRM_TIMEOUT)?;
     for r in &status.returned {
@@ -575,6 +641,9 @@ fn settle(channel: &Channel, max_outstanding: u64, entry: &mut QueueRestore) -> 
         let settled = entry.published - channel.outstanding_confirms();
         entry.confirmed = settled.saturating_sub(entry.failed);
     }
+    m.failed.add(entry.failed - failed_before);
+    m.confirmed
+        .add(entry.confirmed.saturating_sub(confirmed_before));
     Ok(())
 }
 

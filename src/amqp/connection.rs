@@ -543,7 +543,27 @@ impl Connection {
     ///   refuses the credentials (403 or socket closed after start-ok);
     /// - `Error::Authentication("AMQP authentication failed for user <user>: <reply text>")` when
     ///   the vhost is refused (530/403 on connection.open).
+    ///
+    /// Metrics (`crate::metrics`): an open connection counts in
+    /// `broker_backup_amqp_connections_active` until its reader thread ends; a connection error
+    /// marks the broker connection lost for `/health`, a successful open marks it recovered.
     pub fn open(opts: &ConnectOptions) -> Result<Connection> {
+        let m = crate::metrics::global();
+        match Self::open_inner(opts) {
+            Ok(conn) => {
+                m.health.connection_ok();
+                Ok(conn)
+            }
+            Err(e) => {
+                if matches!(e, Error::Connection(_)) {
+                    m.health.connection_lost(e.to_string(), m.progress());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn open_inner(opts: &ConnectOptions) -> Result<Connection> {
         let url = &opts.url;
         let masked = url.masked();
         if url.tls {
@@ -785,10 +805,15 @@ impl Connection {
             buf: Vec::with_capacity(256),
             pending: Vec::new(),
         };
+        // Down again when the reader thread ends (ReaderState::run).
+        crate::metrics::global().amqp_connections.inc();
         let reader = std::thread::Builder::new()
             .name(format!("amqp-reader {addr}"))
             .spawn(move || reader_state.run(frames))
-            .map_err(|e| failed(&format_args!("cannot start the reader thread: {e}")))?;
+            .map_err(|e| {
+                crate::metrics::global().amqp_connections.dec();
+                failed(&format_args!("cannot start the reader thread: {e}"))
+            })?;
         log::debug!(
             "AMQP connection to {masked} open (broker {} {}, heartbeat {}s, frame_max {frame_max}, channel_max {channel_max})",
             table_str(&shared.server_properties, "product"),
@@ -1025,12 +1050,15 @@ impl ReaderState {
                     log::debug!("amqp {} reader ended while closing: {e}", shared.addr);
                 } else {
                     log::debug!("amqp {} connection failed: {e}", shared.addr);
+                    let m = crate::metrics::global();
+                    m.health.connection_lost(e.to_string(), m.progress());
                 }
                 e
             }
         };
         shared.fail_all(err);
         shared.control.shutdown();
+        crate::metrics::global().amqp_connections.dec();
     }
 
     fn read_loop(&mut self, frames: &mut FrameReader) -> Result<Exit> {

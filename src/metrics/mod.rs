@@ -1,0 +1,495 @@
+//! The metrics of SPEC.md "Metrics HTTP server", their text exposition (format 0.0.4), and the
+//! health state behind `/health`; [`server`] serves them over HTTP.
+//!
+//! One process-wide registry ([`global`]). Every metric is registered at start, so each appears
+//! with its `# HELP` and `# TYPE` lines from the first scrape on, even before it has a series.
+//!
+//! Hot path: a job resolves the labelled counters of a queue once ([`Metrics::backup_queue`],
+//! [`Metrics::restore_queue`]) and keeps the [`Counter`] handles; an update is then one relaxed
+//! atomic add, no lock and no label hashing. Locks are taken only to create a series (once per
+//! queue) and to render a scrape.
+//!
+//! Written by hand on atomics rather than with a metrics crate: the tikv `prometheus` crate
+//! omits a labelled family until its first series exists (SPEC.md wants every metric with
+//! HELP and TYPE) and builds its metrics fallibly; `prometheus-client` writes OpenMetrics,
+//! which appends `_total` to counter names and has another content type. Both would update the
+//! same relaxed atomic on the hot path as this module does.
+
+pub mod server;
+
+use crate::error::Error;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// Content type of the metrics endpoint (SPEC.md "Versioning" 3: text exposition 0.0.4).
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+
+/// Label names of QueueLabels (SPEC.md "Metrics HTTP server").
+pub const QUEUE_LABELS: [&str; 3] = ["queue", "vhost", "queue_type"];
+/// Label names of ErrorLabels (SPEC.md "Metrics HTTP server").
+pub const ERROR_LABELS: [&str; 3] = ["queue", "vhost", "error_type"];
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A monotonically increasing count; cloning shares the value. Updates are one relaxed atomic
+/// add (scrapes need no ordering with other memory).
+#[derive(Debug, Clone, Default)]
+pub struct Counter(Arc<AtomicU64>);
+
+impl Counter {
+    /// Adds 1.
+    #[inline]
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A value that goes up and down (active connections).
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicI64);
+
+impl Gauge {
+    /// Adds 1.
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Subtracts 1.
+    pub fn dec(&self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A counter family with three labels: one [`Counter`] per distinct label values.
+#[derive(Debug)]
+pub struct CounterFamily {
+    name: &'static str,
+    help: &'static str,
+    labels: [&'static str; 3],
+    series: Mutex<Vec<([String; 3], Counter)>>,
+}
+
+impl CounterFamily {
+    fn new(name: &'static str, help: &'static str, labels: [&'static str; 3]) -> Self {
+        CounterFamily {
+            name,
+            help,
+            labels,
+            series: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The counter of these label values, created at 0 when new. Takes a lock and compares
+    /// strings: call it once per queue, not per message.
+    pub fn with(&self, values: [&str; 3]) -> Counter {
+        let mut series = lock(&self.series);
+        if let Some((_, c)) = series.iter().find(|(v, _)| v.iter().eq(values.iter())) {
+            return c.clone();
+        }
+        let c = Counter::default();
+        series.push((values.map(str::to_string), c.clone()));
+        c
+    }
+
+    /// Sum over every series.
+    pub fn total(&self) -> u64 {
+        lock(&self.series).iter().map(|(_, c)| c.get()).sum()
+    }
+
+    fn render(&self, out: &mut String) {
+        header(out, self.name, self.help, "counter");
+        let mut series: Vec<([String; 3], u64)> = lock(&self.series)
+            .iter()
+            .map(|(v, c)| (v.clone(), c.get()))
+            .collect();
+        series.sort();
+        for (values, value) in series {
+            out.push_str(self.name);
+            out.push('{');
+            for (i, (name, v)) in self.labels.iter().zip(&values).enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(name);
+                out.push_str("=\"");
+                escape_label_value(v, out);
+                out.push('"');
+            }
+            let _ = writeln!(out, "}} {value}");
+        }
+    }
+}
+
+/// Counters of one queue in a backup (QueueLabels), resolved once.
+#[derive(Debug, Clone)]
+pub struct BackupQueueMetrics {
+    /// `broker_backup_messages_read`.
+    pub messages_read: Counter,
+    /// `broker_backup_bytes_read` (uncompressed body bytes).
+    pub bytes_read: Counter,
+    /// `broker_backup_segments_written`.
+    pub segments_written: Counter,
+    /// `broker_backup_segments_bytes` (compressed bytes stored).
+    pub segments_bytes: Counter,
+}
+
+/// Counters of one queue in a restore (QueueLabels of the target queue), resolved once.
+#[derive(Debug, Clone)]
+pub struct RestoreQueueMetrics {
+    /// `broker_restore_messages_published`.
+    pub published: Counter,
+    /// `broker_restore_messages_confirmed`.
+    pub confirmed: Counter,
+    /// `broker_restore_messages_failed` (nacked or returned).
+    pub failed: Counter,
+}
+
+/// Every metric of SPEC.md, and the health state.
+#[derive(Debug)]
+pub struct Metrics {
+    /// `broker_backup_messages_read` (QueueLabels).
+    pub messages_read: CounterFamily,
+    /// `broker_backup_bytes_read` (QueueLabels).
+    pub bytes_read: CounterFamily,
+    /// `broker_backup_segments_written` (QueueLabels).
+    pub segments_written: CounterFamily,
+    /// `broker_backup_segments_bytes` (QueueLabels).
+    pub segments_bytes: CounterFamily,
+    /// `broker_backup_checkpoint_syncs` (no labels). Stays 0 until checkpoints exist
+    /// (`offset_storage` is not supported yet).
+    pub checkpoint_syncs: Counter,
+    /// `broker_backup_errors` (ErrorLabels).
+    pub errors: CounterFamily,
+    /// `broker_restore_messages_published` (QueueLabels).
+    pub restore_published: CounterFamily,
+    /// `broker_restore_messages_confirmed` (QueueLabels).
+    pub restore_confirmed: CounterFamily,
+    /// `broker_restore_messages_failed` (QueueLabels).
+    pub restore_failed: CounterFamily,
+    /// `broker_backup_amqp_connections_active`: up when an AMQP connection opens, down when
+    /// its reader thread ends (closed or lost).
+    pub amqp_connections: Gauge,
+    /// `broker_backup_stream_connections_active`. Stays 0 until the stream protocol is
+    /// supported.
+    pub stream_connections: Gauge,
+    /// What `/health` reports.
+    pub health: Health,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric at zero and no series.
+    pub fn new() -> Self {
+        let q = |name, help| CounterFamily::new(name, help, QUEUE_LABELS);
+        Metrics {
+            messages_read: q(
+                "broker_backup_messages_read",
+                "Messages successfully consumed from a queue (AMQP) or stream.",
+            ),
+            bytes_read: q(
+                "broker_backup_bytes_read",
+                "Uncompressed message payload bytes read.",
+            ),
+            segments_written: q(
+                "broker_backup_segments_written",
+                "Segments finalized and stored (size or time threshold reached, or backup complete).",
+            ),
+            segments_bytes: q(
+                "broker_backup_segments_bytes",
+                "Compressed segment bytes written to storage.",
+            ),
+            checkpoint_syncs: Counter::default(),
+            errors: CounterFamily::new(
+                "broker_backup_errors",
+                "Errors by type and queue.",
+                ERROR_LABELS,
+            ),
+            restore_published: q(
+                "broker_restore_messages_published",
+                "Messages published to the target during restore.",
+            ),
+            restore_confirmed: q(
+                "broker_restore_messages_confirmed",
+                "Messages confirmed by the target broker (with publisher confirms).",
+            ),
+            restore_failed: q(
+                "broker_restore_messages_failed",
+                "Messages that failed to publish (nacked or returned by the target).",
+            ),
+            amqp_connections: Gauge::default(),
+            stream_connections: Gauge::default(),
+            health: Health::default(),
+        }
+    }
+
+    /// The backup counters of one queue; `queue_type` is `classic`, `quorum` or `stream`.
+    pub fn backup_queue(&self, queue: &str, vhost: &str, queue_type: &str) -> BackupQueueMetrics {
+        let l = [queue, vhost, queue_type];
+        BackupQueueMetrics {
+            messages_read: self.messages_read.with(l),
+            bytes_read: self.bytes_read.with(l),
+            segments_written: self.segments_written.with(l),
+            segments_bytes: self.segments_bytes.with(l),
+        }
+    }
+
+    /// The restore counters of one target queue.
+    pub fn restore_queue(&self, queue: &str, vhost: &str, queue_type: &str) -> RestoreQueueMetrics {
+        let l = [queue, vhost, queue_type];
+        RestoreQueueMetrics {
+            published: self.restore_published.with(l),
+            confirmed: self.restore_confirmed.with(l),
+            failed: self.restore_failed.with(l),
+        }
+    }
+
+    /// Counts `err` in `broker_backup_errors` with its `error_type` ([`Error::error_type`]);
+    /// `queue` and `vhost` are empty for errors of the whole job.
+    pub fn error(&self, queue: &str, vhost: &str, err: &Error) {
+        self.errors.with([queue, vhost, err.error_type()]).inc();
+    }
+
+    /// Messages read by backups plus messages published by restores so far: the job's progress.
+    pub fn progress(&self) -> u64 {
+        self.messages_read.total() + self.restore_published.total()
+    }
+
+    /// The text exposition (format 0.0.4) of every metric, in SPEC.md's order.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        self.messages_read.render(&mut out);
+        self.bytes_read.render(&mut out);
+        self.segments_written.render(&mut out);
+        self.segments_bytes.render(&mut out);
+        header(
+            &mut out,
+            "broker_backup_checkpoint_syncs",
+            "Checkpoint sync operations (local database to remote storage).",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "broker_backup_checkpoint_syncs {}",
+            self.checkpoint_syncs.get()
+        );
+        self.errors.render(&mut out);
+        self.restore_published.render(&mut out);
+        self.restore_confirmed.render(&mut out);
+        self.restore_failed.render(&mut out);
+        for (name, help, gauge) in [
+            (
+                "broker_backup_amqp_connections_active",
+                "Open AMQP connections.",
+                &self.amqp_connections,
+            ),
+            (
+                "broker_backup_stream_connections_active",
+                "Open stream protocol connections.",
+                &self.stream_connections,
+            ),
+        ] {
+            header(&mut out, name, help, "gauge");
+            let _ = writeln!(out, "{name} {}", gauge.get());
+        }
+        out
+    }
+}
+
+/// The process-wide registry.
+pub fn global() -> &'static Metrics {
+    static GLOBAL: OnceLock<Metrics> = OnceLock::new();
+    GLOBAL.get_or_init(Metrics::new)
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    out.push_str("# HELP ");
+    out.push_str(name);
+    out.push(' ');
+    // HELP text escapes backslash and line feed (text format 0.0.4).
+    for c in help.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('\n');
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Appends `v` escaped as a label value of the text format 0.0.4: backslash, double quote and
+/// line feed become `\\`, `\"` and `\n`.
+pub fn escape_label_value(v: &str, out: &mut String) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// What `/health` reports: healthy unless the broker connection was lost and has not
+/// recovered. Recovery is a connection opened since, or progress (messages read or published)
+/// since the loss, which shows that other connections still work.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// The reason of the last loss, and the job's progress at that moment.
+    lost: Mutex<Option<(String, u64)>>,
+}
+
+/// A `/health` answer: `ok`, or the reason it is not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthStatus {
+    /// The job works.
+    Ok,
+    /// The broker connection is lost; the reason (an error message, passwords masked).
+    Lost(String),
+}
+
+impl Health {
+    /// A broker connection failed or could not be opened. `reason` must hold no secret
+    /// (error messages mask URLs).
+    pub fn connection_lost(&self, reason: String, progress: u64) {
+        *lock(&self.lost) = Some((reason, progress));
+    }
+
+    /// A broker connection opened: any earlier loss is recovered.
+    pub fn connection_ok(&self) {
+        *lock(&self.lost) = None;
+    }
+
+    /// The status now, given the job's progress now ([`Metrics::progress`]).
+    pub fn status(&self, progress: u64) -> HealthStatus {
+        let mut lost = lock(&self.lost);
+        match &*lost {
+            Some((_, at)) if progress > *at => {
+                *lost = None;
+                HealthStatus::Ok
+            }
+            Some((reason, _)) => HealthStatus::Lost(reason.clone()),
+            None => HealthStatus::Ok,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_has_help_and_type_before_any_series() {
+        let m = Metrics::new();
+        let text = m.render();
+        for (name, kind) in [
+            ("broker_backup_messages_read", "counter"),
+            ("broker_backup_bytes_read", "counter"),
+            ("broker_backup_segments_written", "counter"),
+            ("broker_backup_segments_bytes", "counter"),
+            ("broker_backup_checkpoint_syncs", "counter"),
+            ("broker_backup_errors", "counter"),
+            ("broker_restore_messages_published", "counter"),
+            ("broker_restore_messages_confirmed", "counter"),
+            ("broker_restore_messages_failed", "counter"),
+            ("broker_backup_amqp_connections_active", "gauge"),
+            ("broker_backup_stream_connections_active", "gauge"),
+        ] {
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}: {text}");
+            assert!(
+                text.contains(&format!("# TYPE {name} {kind}\n")),
+                "{name}: {text}"
+            );
+        }
+        assert!(text.contains("\nbroker_backup_checkpoint_syncs 0\n"));
+        assert!(text.contains("\nbroker_backup_amqp_connections_active 0\n"));
+        assert!(!text.contains("_total"), "names exactly as SPEC.md");
+    }
+
+    #[test]
+    fn series_with_labels_and_values() {
+        let m = Metrics::new();
+        let q = m.backup_queue("orders", "/", "quorum");
+        q.messages_read.inc();
+        q.messages_read.inc();
+        q.bytes_read.add(1000);
+        // Resolving again gives the same series.
+        m.backup_queue("orders", "/", "quorum").messages_read.inc();
+        m.error("orders", "/", &Error::Storage("x".into()));
+        m.amqp_connections.inc();
+        m.amqp_connections.inc();
+        m.amqp_connections.dec();
+        let text = m.render();
+        assert!(
+            text.contains(
+                "broker_backup_messages_read{queue=\"orders\",vhost=\"/\",queue_type=\"quorum\"} 3\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "broker_backup_bytes_read{queue=\"orders\",vhost=\"/\",queue_type=\"quorum\"} 1000\n"
+        ));
+        assert!(text.contains(
+            "broker_backup_errors{queue=\"orders\",vhost=\"/\",error_type=\"storage\"} 1\n"
+        ));
+        assert!(text.contains("broker_backup_amqp_connections_active 1\n"));
+        assert_eq!(m.progress(), 3);
+    }
+
+    #[test]
+    fn label_values_and_help_are_escaped() {
+        let mut s = String::new();
+        escape_label_value("a\\b\"c\nd ✓", &mut s);
+        assert_eq!(s, "a\\\\b\\\"c\\nd ✓");
+        let m = Metrics::new();
+        m.restore_queue("q\"x", "v\\h\n", "classic")
+            .published
+            .add(7);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "broker_restore_messages_published{queue=\"q\\\"x\",vhost=\"v\\\\h\\n\",queue_type=\"classic\"} 7\n"
+            ),
+            "{text}"
+        );
+        let mut h = String::new();
+        header(&mut h, "n", "a\\b\nc", "counter");
+        assert_eq!(h, "# HELP n a\\\\b\\nc\n# TYPE n counter\n");
+    }
+
+    #[test]
+    fn health_recovers_on_connection_or_progress() {
+        let h = Health::default();
+        assert_eq!(h.status(0), HealthStatus::Ok);
+        h.connection_lost("Connection error: lost".into(), 10);
+        assert_eq!(
+            h.status(10),
+            HealthStatus::Lost("Connection error: lost".into())
+        );
+        h.connection_ok();
+        assert_eq!(h.status(10), HealthStatus::Ok);
+        h.connection_lost("again".into(), 10);
+        assert_eq!(h.status(11), HealthStatus::Ok, "progress since the loss");
+        assert_eq!(h.status(11), HealthStatus::Ok);
+    }
+}
