@@ -85,7 +85,8 @@ fn main() {
     ch.close().expect("close");
     publish(&conn, "bench", n, size, text);
 
-    let backends: [(&str, String, Vec<(&str, &str)>); 4] = [
+    type Backend<'a> = (&'a str, String, Vec<(&'a str, &'a str)>);
+    let backends: [Backend; 4] = [
         (
             "filesystem",
             format!("  backend: filesystem\n  path: \"{}\"\n", work.join("fs").display()),

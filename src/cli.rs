@@ -141,7 +141,7 @@ pub fn preprocess(args: &[String]) -> (u8, Vec<String>) {
 }
 
 /// Logging to stderr: info by default, `-v` debug, `-vv` trace for this crate (and libraries
-/// too at trace), `RUST_LOG` instead when set. On a terminal, records go through
+/// too at trace, but HTTP clients never above info), `RUST_LOG` instead when set. On a terminal, records go through
 /// [`crate::progress::LogWriter`] so that they never mix with the progress display.
 fn init_logging(verbosity: u8) {
     let mut b = env_logger::Builder::new();
@@ -170,6 +170,20 @@ fn init_logging(verbosity: u8) {
             });
             b.filter_module("rmq_backup", level);
         }
+    }
+    // HTTP clients print whole URLs (a SAS signature, an STS web-identity token in a query),
+    // request heads (bearer tokens) and response bodies (OAuth access tokens) at debug and
+    // trace: they are capped at info whatever -vv or RUST_LOG asks for. Our own storage trace
+    // lines say what was requested, without secrets.
+    for module in [
+        "ureq",
+        "ureq_proto",
+        "attohttpc",
+        "s3",
+        "awscreds",
+        "aws_creds",
+    ] {
+        b.filter_module(module, log::LevelFilter::Info);
     }
     b.format(|buf, record| {
         writeln!(

@@ -464,6 +464,25 @@ fn azure_errors_name_the_cause_without_secrets() {
         stderr.contains("Storage error: Key not found: nothing-here/manifest.json"),
         "{stderr}"
     );
+    // A SAS token travels in every request URL: at -vv and with RUST_LOG=trace it never shows.
+    let sas = "sv=2021-08-06&ss=b&srt=sco&sp=rl&se=2099-01-01T00:00:00Z&sig=SECRETSIG4711";
+    for (flag, rust_log) in [("-vv", ""), ("-v", "trace")] {
+        let out = run_cli_env(
+            &[
+                flag,
+                "list",
+                "--path",
+                &format!("azure://127.0.0.1:10000/{AZ_ACCOUNT}/{}", c.1),
+            ],
+            &[("AZURE_STORAGE_SAS_TOKEN", sas), ("RUST_LOG", rust_log)],
+        );
+        let (stdout, stderr) = text(&out);
+        assert!(stderr.contains("TRACE"), "trace logging is on: {stderr}");
+        assert!(
+            !stdout.contains("SECRETSIG4711") && !stderr.contains("SECRETSIG4711"),
+            "{stderr}"
+        );
+    }
     // An endpoint where nothing listens.
     let out = run_cli_env(
         &[

@@ -774,6 +774,17 @@ pub fn put_publish(
 // Methods
 // ---------------------------------------------------------------------------------------------
 
+/// Bytes that must never be printed (the SASL response of connection.start-ok holds the
+/// password): `Debug` shows `****`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("****")
+    }
+}
+
 /// The AMQP 0-9-1 methods this client sends or receives, with their arguments (reserved
 /// arguments are written as zero/empty and skipped when read).
 ///
@@ -792,7 +803,8 @@ pub enum Method {
     ConnectionStartOk {
         client_properties: FieldTable,
         mechanism: String,
-        response: Vec<u8>,
+        /// The SASL response: it holds the password, and its Debug prints `****`.
+        response: Secret,
         locale: String,
     },
     ConnectionSecure {
@@ -1107,7 +1119,7 @@ impl Method {
             } => {
                 put_table(buf, client_properties)?;
                 put_short_str(buf, mechanism, "mechanism")?;
-                put_long_bytes(buf, response, "response")?;
+                put_long_bytes(buf, &response.0, "response")?;
                 put_short_str(buf, locale, "locale")?;
             }
             ConnectionSecure { challenge } => put_long_bytes(buf, challenge, "challenge")?,
@@ -1414,7 +1426,7 @@ impl Method {
             (10, 11) => ConnectionStartOk {
                 client_properties: d.table()?,
                 mechanism: d.short_str("mechanism")?,
-                response: d.long_bytes("response")?.to_vec(),
+                response: Secret(d.long_bytes("response")?.to_vec()),
                 locale: d.short_str("locale")?,
             },
             (10, 20) => ConnectionSecure {
@@ -2209,7 +2221,7 @@ mod tests {
             Method::ConnectionStartOk {
                 client_properties: t.clone(),
                 mechanism: "PLAIN".into(),
-                response: b"\0u\0p".to_vec(),
+                response: Secret(b"\0u\0p".to_vec()),
                 locale: "en_US".into(),
             },
             Method::ConnectionTune {

@@ -669,7 +669,7 @@ impl Connection {
             &Method::ConnectionStartOk {
                 client_properties: client_properties(&opts.connection_name),
                 mechanism: "PLAIN".to_string(),
-                response,
+                response: super::codec::Secret(response),
                 locale: "en_US".to_string(),
             },
             false,
@@ -2361,7 +2361,8 @@ mod tests {
             else {
                 panic!("expected start-ok")
             };
-            assert_eq!(response, b"\0user\0pw");
+            assert_eq!(response.0, b"\0user\0pw");
+            assert_eq!(format!("{response:?}"), "****");
             assert_eq!(table_str(&client_properties, "product"), "rmq-backup");
             if stage == Stage::EofAfterStartOk {
                 return None;

@@ -496,6 +496,7 @@ impl AzureBlobStorage {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
+            .timeout_resolve(Some(CONNECT_TIMEOUT))
             .timeout_connect(Some(CONNECT_TIMEOUT))
             .timeout_send_request(Some(IO_TIMEOUT))
             .timeout_recv_response(Some(IO_TIMEOUT))
@@ -722,6 +723,10 @@ impl AzureBlobStorage {
         on_read_error: &dyn Fn(io::Error) -> Error,
     ) -> Result<()> {
         let mut ids: Vec<String> = Vec::new();
+        // Block ids carry a tag of this upload, so two writers of one blob (a rerun while an old
+        // upload still runs) never commit each other's uncommitted blocks. All ids of a blob
+        // have the same length, as the service requires.
+        let upload = upload_tag();
         let mut eof = false;
         loop {
             if pending.len() < block_size && !eof {
@@ -732,7 +737,7 @@ impl AzureBlobStorage {
             }
             let n = pending.len().min(block_size);
             let id = base64::engine::general_purpose::STANDARD
-                .encode(format!("rmq-block-{:08}", ids.len()));
+                .encode(format!("rmq-{upload:016x}-{:08}", ids.len()));
             let mut call = Call::new("PUT", Some(key));
             call.query.push(("comp", "block".into()));
             call.query.push(("blockid", id.clone()));
@@ -1482,6 +1487,21 @@ impl Storage for AzureBlobStorage {
     fn location(&self) -> String {
         self.location.clone()
     }
+}
+
+/// A number that differs between uploads (time, process and a per-process hash seed): the
+/// tag in block ids. Not cryptographic; it only has to differ between concurrent writers.
+fn upload_tag() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
 }
 
 #[cfg(test)]

@@ -1214,6 +1214,12 @@ impl Storage for GcsBackend {
                 }
             }
             match page.next_page_token {
+                // A server that hands back the token it was given would loop forever.
+                Some(t) if token.as_deref() == Some(t.as_str()) => {
+                    return Err(Error::Storage(format!(
+                        "{ctx}: the server repeated a page token"
+                    )))
+                }
                 Some(t) if !t.is_empty() => token = Some(t),
                 _ => break,
             }

@@ -86,6 +86,9 @@ pub fn open(cfg: &crate::config::S3Storage) -> Result<Arc<dyn Storage>> {
 /// An S3 bucket as a [`Storage`].
 pub struct S3Storage {
     bucket: Box<Bucket>,
+    /// The same bucket without the whole-request limit, for downloads of any size: attohttpc's
+    /// 30 s connect and read timeouts still catch a dead peer.
+    download: Box<Bucket>,
     retry: Policy,
     location: String,
 }
@@ -149,6 +152,8 @@ impl S3Storage {
         if opts.path_style {
             bucket.set_path_style();
         }
+        let mut download = bucket.clone();
+        download.set_request_timeout(None);
         bucket.set_request_timeout(Some(REQUEST_TIMEOUT));
         let mut location = format!("s3://{}", opts.bucket);
         let mut params = Vec::new();
@@ -163,6 +168,7 @@ impl S3Storage {
         }
         let storage = S3Storage {
             bucket,
+            download,
             retry: opts.retry,
             location,
         };
@@ -269,6 +275,17 @@ fn is_missing_key(e: &S3Error) -> bool {
     matches!(e, S3Error::HttpFailWithBody(404, body) if error_code(body) != Some("NoSuchBucket"))
 }
 
+/// A body shorter or longer than its declared length is a transient failure (a connection cut
+/// mid-body): `Failed to get <key>: body truncated (<got> of <declared> bytes)`.
+fn check_length(key: &str, got: u64, declared: Option<u64>) -> std::result::Result<(), Attempt> {
+    match declared {
+        Some(want) if want != got => Err(Attempt::Transient(Error::Storage(format!(
+            "Failed to get {key}: body truncated ({got} of {want} bytes)"
+        )))),
+        _ => Ok(()),
+    }
+}
+
 fn not_found(key: &str) -> Attempt {
     Attempt::Permanent(Error::Storage(format!("Key not found: {key}")))
 }
@@ -322,8 +339,17 @@ impl Storage for S3Storage {
     fn get_bytes(&self, key: &str) -> Result<Vec<u8>> {
         validate_key(key)?;
         self.run(&format!("get {key}"), || {
-            match self.bucket.get_object(key) {
-                Ok(data) => Ok(data.to_vec()),
+            match self.download.get_object(key) {
+                Ok(data) => {
+                    let declared = data
+                        .headers()
+                        .iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                        .and_then(|(_, v)| v.trim().parse::<u64>().ok());
+                    let body = data.to_vec();
+                    check_length(key, body.len() as u64, declared)?;
+                    Ok(body)
+                }
                 Err(e) if is_missing_key(&e) => Err(not_found(key)),
                 Err(e) => Err(classify("get", key, e)),
             }
@@ -333,6 +359,13 @@ impl Storage for S3Storage {
     fn get_to_file(&self, key: &str, path: &Path) -> Result<u64> {
         validate_key(key)?;
         self.run(&format!("get {key}"), || {
+            // attohttpc ends a body cut short by the peer without an error, so the size from a
+            // HEAD is compared with what arrived.
+            let declared = match self.bucket.head_object(key) {
+                Ok((h, _)) => h.content_length.map(|n| n.max(0) as u64),
+                Err(e) if is_missing_key(&e) => return Err(not_found(key)),
+                Err(e) => return Err(classify("get", key, e)),
+            };
             let file = std::fs::File::create(path).map_err(|e| {
                 Attempt::Permanent(Error::Io(format!(
                     "Failed to write {}: {}",
@@ -341,7 +374,7 @@ impl Storage for S3Storage {
                 )))
             })?;
             let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-            match self.bucket.get_object_to_writer(key, &mut out) {
+            match self.download.get_object_to_writer(key, &mut out) {
                 Ok(_) => {}
                 Err(e) if is_missing_key(&e) => return Err(not_found(key)),
                 Err(e) => return Err(classify("get", key, e)),
@@ -353,13 +386,15 @@ impl Storage for S3Storage {
                     io_reason(e.error())
                 )))
             })?;
-            file.metadata().map(|m| m.len()).map_err(|e| {
+            let got = file.metadata().map(|m| m.len()).map_err(|e| {
                 Attempt::Permanent(Error::Io(format!(
                     "Failed to read {}: {}",
                     path.display(),
                     io_reason(&e)
                 )))
-            })
+            })?;
+            check_length(key, got, declared)?;
+            Ok(got)
         })
     }
 
@@ -568,6 +603,19 @@ pub(crate) mod tests {
         let mut o = options("any-bucket", ADMIN);
         o.allow_http = false;
         assert!(matches!(S3Storage::open(o), Err(Error::Config(m)) if m.contains("allow_http")));
+    }
+
+    #[test]
+    fn short_bodies_are_transient_failures() {
+        assert!(check_length("k", 10, Some(10)).is_ok());
+        assert!(check_length("k", 10, None).is_ok());
+        match check_length("k", 10, Some(100)) {
+            Err(Attempt::Transient(e)) => assert_eq!(
+                e,
+                Error::Storage("Failed to get k: body truncated (10 of 100 bytes)".into())
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

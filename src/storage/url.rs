@@ -401,9 +401,14 @@ impl fmt::Display for StorageUrl {
     }
 }
 
-/// Opens the storage a URL names. `file` and `memory` are available; `s3`, `azure` and `gcs` give
-/// `Configuration error: storage backend <name> is not supported yet`.
+/// Opens the storage a URL names, with its key prefix, wrapped in [`super::Traced`]. Object
+/// stores take their credentials from the environment (never from the URL) and probe their
+/// endpoint here.
 pub fn open_url(url: &StorageUrl) -> Result<Arc<dyn Storage>> {
+    Ok(super::Traced::wrap(open_untraced(url)?))
+}
+
+fn open_untraced(url: &StorageUrl) -> Result<Arc<dyn Storage>> {
     match url {
         StorageUrl::File(path) => open_filesystem(path, None),
         StorageUrl::Memory(name) => open_memory(name, None),

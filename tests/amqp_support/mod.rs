@@ -176,7 +176,7 @@ pub mod raw {
                 Method::ConnectionStartOk {
                     client_properties: Vec::new(),
                     mechanism: "PLAIN".into(),
-                    response: b"\0guest\0guest".to_vec(),
+                    response: rmq_backup::amqp::codec::Secret(b"\0guest\0guest".to_vec()),
                     locale: "en_US".into(),
                 },
             );
