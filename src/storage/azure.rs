@@ -1574,9 +1574,15 @@ mod tests {
         }
     }
 
-    /// Service SAS for a whole container (Azure "Create a service SAS", version 2020-12-06+).
+    /// Service SAS for a whole container with every permission (Azure "Create a service SAS",
+    /// version 2020-12-06+).
     fn container_sas(container: &str, key_b64: &str) -> String {
-        let (sp, se, sv, sr) = ("racwdl", "2099-01-01T00:00:00Z", API_VERSION, "c");
+        container_sas_with(container, key_b64, "racwdl")
+    }
+
+    /// Service SAS for a whole container with the permissions `sp` (`rl`: read and list only).
+    fn container_sas_with(container: &str, key_b64: &str, sp: &str) -> String {
+        let (se, sv, sr) = ("2099-01-01T00:00:00Z", API_VERSION, "c");
         let to_sign =
             format!("{sp}\n\n{se}\n/blob/{ACCOUNT}/{container}\n\n\n\n{sv}\n{sr}\n\n\n\n\n\n\n");
         let raw = base64::engine::general_purpose::STANDARD
@@ -1606,6 +1612,28 @@ mod tests {
         s.put_bytes("big/blocks", &data).expect("put big");
         assert_eq!(s.committed_blocks("big/blocks").expect("blocks"), 2);
         assert!(s.get_bytes("big/blocks").expect("get") == data);
+    }
+
+    /// A read-only identity (a SAS with read and list only): reads work, a write is
+    /// `Failed to put <key>: 403 Forbidden`, and the signature never shows.
+    #[test]
+    fn read_only_sas_cannot_write() {
+        let c = Container::new("rosas");
+        let admin = AzureBlobStorage::new(options(&c.name, key_cred())).expect("open");
+        admin.put_bytes("b/manifest.json", b"{}").expect("seed");
+        let sas = container_sas_with(&c.name, KEY, "rl");
+        let sig = sas.split("sig=").nth(1).expect("sig").to_string();
+        let mut o = options(&c.name, Credential::Sas(Secret::new(sas)));
+        o.retry = fast_retry();
+        let ro = AzureBlobStorage::new(o).expect("open read-only");
+        assert_eq!(ro.get_bytes("b/manifest.json").expect("read"), b"{}");
+        assert_eq!(ro.list("b/").expect("list"), ["b/manifest.json"]);
+        let err = ro.put_bytes("b/other.json", b"{}").expect_err("denied");
+        assert_eq!(
+            err,
+            Error::Storage("Failed to put b/other.json: 403 Forbidden".into())
+        );
+        assert!(!format!("{err} {err:?}").contains(&sig));
     }
 
     #[test]
