@@ -41,7 +41,6 @@ const BATCH_CHANNEL: usize = 4;
 /// Deliveries buffered between a queue's AMQP connection and its queue thread.
 const CONSUMER_BUFFER: usize = 512;
 /// Attempts of one segment upload (transient errors only).
-const UPLOAD_ATTEMPTS: u32 = 4;
 
 /// What a backup run did, for the final summary line.
 #[derive(Debug, Clone, Default)]
@@ -491,8 +490,6 @@ struct Upload {
     reply: Sender<Result<SegmentMetadata>>,
     /// The queue's counters (segments written and their bytes).
     metrics: BackupQueueMetrics,
-    /// The queue and vhost, for `broker_backup_errors`.
-    queue: (String, String),
 }
 
 /// Receives batches of records, encodes them, appends them to the current segment,
@@ -546,7 +543,6 @@ fn build_segments(
                 writer,
                 reply: tx,
                 metrics: m.clone(),
-                queue: (q.name.clone(), q.vhost.clone()),
             })
             .map_err(|_| Error::Io("segment uploaders stopped".into()))?;
         pending.push(rx);
@@ -638,8 +634,8 @@ fn segment_full(
     records > 0 && (uncompressed + next_len as u64 + 4 > max_bytes || age >= max_age)
 }
 
-/// Finishes segments and stores them, retrying transient failures with exponential backoff
-/// and jitter, then removes the spool file.
+/// Finishes segments and stores them (the storage retries transient failures itself), then
+/// removes the spool file.
 fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
     for job in jobs {
         let path = job.writer.path().to_path_buf();
@@ -651,7 +647,8 @@ fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
                 finished.size_bytes,
                 finished.uncompressed_bytes
             );
-            put_with_retries(storage, &job.key, &finished.path, &job.queue)?;
+            // Object stores retry transient failures themselves (storage::retry).
+            storage.put_file_owned(&job.key, &finished.path)?;
             job.metrics.segments_written.inc();
             job.metrics.segments_bytes.add(finished.size_bytes);
             log::trace!(
@@ -670,29 +667,6 @@ fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
         // The storage may have taken the file over; otherwise it is removed here.
         let _ = std::fs::remove_file(&path);
         let _ = job.reply.send(result);
-    }
-}
-
-fn put_with_retries(
-    storage: &dyn Storage,
-    key: &str,
-    path: &Path,
-    (queue, vhost): &(String, String),
-) -> Result<()> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match storage.put_file_owned(key, path) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.is_transient() && attempt < UPLOAD_ATTEMPTS => {
-                metrics::global().error(queue, vhost, &e);
-                let jitter = (now_ms() % 100) as u64;
-                let delay = Duration::from_millis(200 * (1 << attempt) + jitter);
-                log::warn!("{e}; retrying {key} in {} ms", delay.as_millis());
-                std::thread::sleep(delay);
-            }
-            Err(e) => return Err(e),
-        }
     }
 }
 
