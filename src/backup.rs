@@ -40,7 +40,6 @@ const BATCH_BYTES: usize = 1 << 20;
 const BATCH_CHANNEL: usize = 4;
 /// Deliveries buffered between a queue's AMQP connection and its queue thread.
 const CONSUMER_BUFFER: usize = 512;
-/// Attempts of one segment upload (transient errors only).
 
 /// What a backup run did, for the final summary line.
 #[derive(Debug, Clone, Default)]
