@@ -4,7 +4,7 @@
 #
 #   S3     SeaweedFS 4.48 `weed mini`, SigV4 enforced   http://127.0.0.1:8333
 #          and over TLS with a private CA                  https://127.0.0.1:8334
-#          (CA certificate: .tools/run/tls/ca.pem, made here with openssl)
+#          (CA certificate: $TMPDIR/rmq-backup-storage/tls/ca.pem, made here with openssl)
 #   Azure  Azurite 3.37.0 (blob service, in memory)      http://127.0.0.1:10000/devstoreaccount1
 #   GCS    fake-gcs-server 1.54 (JSON API, in memory)    http://127.0.0.1:4443
 #
@@ -14,8 +14,9 @@
 # These are throwaway credentials of a loopback test server, not secrets.
 #
 # Tools go to .tools/ in the checkout (git-ignored): pip packages with --target, azurite with
-# npm --prefix. Idempotent: a server that already answers is left alone. Logs and data are in
-# .tools/run/.
+# npm --prefix. Idempotent: a server that already answers is left alone. Logs, data and the test
+# CA are in $TMPDIR/rmq-backup-storage (/tmp by default), one place per machine, so a test run
+# from any checkout finds the CA of the servers that run.
 #
 # Environment (all optional): RMQ_STORAGE_SETUP_TIMEOUT seconds to wait per server (default 60).
 set -euo pipefail
@@ -23,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 TOOLS="$ROOT/.tools"
-RUN="$TOOLS/run"
+RUN="${TMPDIR:-/tmp}/rmq-backup-storage"
 TIMEOUT="${RMQ_STORAGE_SETUP_TIMEOUT:-60}"
 mkdir -p "$TOOLS" "$RUN"
 
