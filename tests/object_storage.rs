@@ -602,3 +602,72 @@ fn gcs_errors_name_the_cause() {
         "{stderr}"
     );
 }
+
+/// No keys in the configuration or the environment: the S3 credentials come from the chain,
+/// here the ECS/EKS container endpoint (`AWS_CONTAINER_CREDENTIALS_FULL_URI`), played by a local
+/// listener that hands out the SeaweedFS admin key with a session token.
+#[test]
+fn s3_credentials_fall_back_to_the_container_endpoint() {
+    use std::io::{BufRead, BufReader, Write};
+    let bucket = S3Bucket::new("ecs");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let served = std::sync::Arc::new(AtomicU32::new(0));
+    let count = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut line = String::new();
+            while reader.read_line(&mut line).map(|n| n > 2).unwrap_or(false) {
+                line.clear();
+            }
+            let body = format!(
+                r#"{{"AccessKeyId":"{}","SecretAccessKey":"{}","Token":"session-token-x","Expiration":"2099-01-01T00:00:00Z"}}"#,
+                S3_ADMIN.0, S3_ADMIN.1
+            );
+            let mut s = stream;
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let url = format!(
+        "s3://{}?endpoint={S3_ENDPOINT}&path_style=true&allow_http=true",
+        bucket.name()
+    );
+    let creds_uri = format!("http://127.0.0.1:{port}/creds");
+    let out = run_cli_env(
+        &["list", "--path", &url, "--format", "json"],
+        &[("AWS_CONTAINER_CREDENTIALS_FULL_URI", &creds_uri)],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(
+        served.load(Ordering::Relaxed) >= 1,
+        "credentials were fetched"
+    );
+    // The request went out signed with them: SeaweedFS knows the key but refuses the session
+    // token (it has no STS), so the answer is its 403, not "no credentials".
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Storage error: Failed to list /: 403 Forbidden"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("session-token-x") && !stderr.contains(S3_ADMIN.1));
+    // Without any source of credentials the error says so.
+    let out = run_cli_env(
+        &["list", "--path", &url],
+        &[(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "http://127.0.0.1:1/creds",
+        )],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Storage error: Failed to create S3 backend: no credentials"),
+        "{stderr}"
+    );
+}
