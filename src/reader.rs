@@ -13,6 +13,10 @@
 //!
 //! The give-back happens after the whole depth is held, never message by message while
 //! reading: a requeued message goes back to the head of the queue and would be read again.
+//! The broker applies returns asynchronously (a closed channel's deliveries come back after
+//! close-ok), so a read ends only when the queue's ready count shows every message back, or
+//! when it stops growing (another consumer): a run that starts right after sees the whole
+//! queue.
 //!
 //! Consumer windows: without acks the broker stops delivering once `prefetch_count` messages
 //! are unacked, and a quorum queue treats prefetch 0 as 2000, so each consumer's prefetch is
@@ -214,6 +218,9 @@ impl QueueRead<'_> {
                 give_back = r;
             }
         }
+        if let (Ok(()), Ok(before)) = (&give_back, ready_before) {
+            give_back = wait_until_ready(control, queue, before + returned).map(drop);
+        }
         read?;
         give_back
     }
@@ -302,8 +309,10 @@ impl QueueRead<'_> {
                 RequeueStrategy::Get => GiveBack::NackMultiple,
                 _ => GiveBack::NackEach,
             };
+            let before = ready(control, queue)?;
             give_back_in_order(&channel, control, queue, self.queue_type, &tags, how)?;
-            channel.close()
+            channel.close()?;
+            wait_until_ready(control, queue, before + tags.len() as u64).map(drop)
         })();
         read?;
         give_back

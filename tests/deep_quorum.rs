@@ -71,3 +71,32 @@ fn quorum_queue_of_70000_backs_up_whole_and_in_order() {
         "restored order differs"
     );
 }
+
+/// A classic queue deeper than one window: the broker requeues a closed channel's deliveries
+/// after close-ok, so a backup ends only when the queue shows them all again. A second backup
+/// started the moment the first exits sees (and saves) the whole queue.
+#[test]
+fn back_to_back_backups_of_a_deep_classic_queue_see_it_whole() {
+    let vh = TestVhost::new("backtoback");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "deep", "classic", FieldTable::new());
+    publish_bulk(&ch, "deep", DEPTH, 64);
+    assert_eq!(depth(&conn, "deep") as usize, DEPTH);
+    let dir = TempDir::new("backtoback");
+    let store = dir.path().join("store");
+    for id in ["first", "second"] {
+        let cfg = write_config(
+            dir.path(),
+            &format!("{id}.yaml"),
+            &backup_yaml(id, &vh.name, &store, ""),
+        );
+        let out = run_cli(&["backup", "--config", &cfg]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        assert!(
+            stdout.contains(&format!("{DEPTH} messages")),
+            "backup {id} saw the whole queue: {stdout}"
+        );
+    }
+}
