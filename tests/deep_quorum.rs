@@ -98,5 +98,8 @@ fn back_to_back_backups_of_a_deep_classic_queue_see_it_whole() {
             stdout.contains(&format!("{DEPTH} messages")),
             "backup {id} saw the whole queue: {stdout}"
         );
+        // The moment the backup has exited, every message is ready again.
+        let ready = ch.queue_declare_passive("deep").unwrap().message_count;
+        assert_eq!(ready as usize, DEPTH, "ready right after backup {id}");
     }
 }
