@@ -62,10 +62,15 @@ struct RestoreCmd {
 
 /// List the backups in a storage location.
 #[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "list")]
+#[argh(
+    subcommand,
+    name = "list",
+    example = "{command_name} --path file:///var/backups/rabbitmq\nAWS_ACCESS_KEY_ID=.. AWS_SECRET_ACCESS_KEY=.. {command_name} --path 's3://backups/prod?endpoint=https://minio:9000&path_style=true'\nAZURE_STORAGE_ACCOUNT_KEY=.. {command_name} --path azure://acct.blob.core.windows.net/backups --format json\nGOOGLE_APPLICATION_CREDENTIALS=sa.json {command_name} --path gs://backups/prod",
+    note = "A storage URL never holds credentials: s3 reads AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or a profile, web identity, the container or instance role) and AWS_REGION; azure reads AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN or AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET (or workload or managed identity); gcs reads GOOGLE_APPLICATION_CREDENTIALS (or application default credentials; STORAGE_EMULATOR_HOST for an emulator). A path after the bucket or container is a key prefix. SSL_CERT_FILE adds a private CA."
+)]
 struct ListCmd {
-    /// storage URL: file:///abs/path, memory://, s3://bucket?region=..&endpoint=..&path_style=true,
-    /// azure://account.blob.core.windows.net/container, gcs://bucket
+    /// storage URL: file:///abs/path, memory://, s3://bucket[/prefix]?region=..&endpoint=..&path_style=true&allow_http=true,
+    /// azure://account.blob.core.windows.net/container[/prefix], gcs://bucket[/prefix]
     #[argh(option)]
     path: String,
     /// output format: table (default) or json
