@@ -4,12 +4,16 @@
 //! Every strategy reads the depth present at start *without acknowledging anything*, so the
 //! broker keeps every message, and gives them all back when the read is over:
 //!
-//! | strategy | read | give back |
+//! | strategy | read | give back (quorum queues) |
 //! |---|---|---|
 //! | `cancel` | `basic.consume` windows | `basic.cancel`, then channel close requeues |
 //! | `nack` | `basic.get` | `basic.nack(requeue)` per message, in delivery order |
 //! | `reject` | `basic.consume` windows | `basic.reject(requeue)` per message, in delivery order |
-//! | `get` | `basic.get` | one `basic.nack(multiple, requeue)` |
+//! | `get` | `basic.get` | `basic.nack(multiple, requeue)` |
+//!
+//! On classic queues every strategy gives back by closing the channel, which requeues each
+//! message at its place in seconds, where the broker takes minutes to apply many nacks or
+//! rejects (see [`give_back_in_order`]).
 //!
 //! The give-back happens after the whole depth is held, never message by message while
 //! reading: a requeued message goes back to the head of the queue and would be read again.
@@ -344,10 +348,15 @@ const RETURN_WAIT: Duration = Duration::from_secs(30);
 
 /// Hands `tags` (in delivery order) back to the broker so that the queue keeps its order.
 ///
-/// Classic queues put a requeued message back at its original position, so everything goes at
-/// once. Quorum queues append returns in the order they are applied, so the returns go in
-/// chunks of [`QUORUM_RETURN_CHUNK`], each chunk seen back in the queue's ready count (passive
-/// declare on `control`) before the next is sent.
+/// Classic queues: nothing is sent here; the caller's channel close requeues every delivery at
+/// its original position. Measured on 3.10.8 with 100,000 held messages: after individual
+/// `basic.nack`s or one `basic.nack(multiple)` the broker needed 10 to 14 minutes to make them
+/// ready again (about 150 messages/s, the queue looking nearly empty meanwhile), after a channel
+/// close under 5 seconds. The end state is the same: every message requeued, in place.
+///
+/// Quorum queues append returns in the order they are applied, so the returns go in chunks of
+/// [`QUORUM_RETURN_CHUNK`], each chunk seen back in the queue's ready count (passive declare on
+/// `control`) before the next is sent.
 fn give_back_in_order(
     channel: &Channel,
     control: &Channel,
@@ -371,7 +380,7 @@ fn give_back_in_order(
         }
     };
     if queue_type != QueueType::Quorum {
-        return send(tags);
+        return Ok(());
     }
     let ready_before = ready(control, queue)?;
     let mut returned = 0u64;
