@@ -428,11 +428,16 @@ impl TokenSource {
                     }
                 });
                 result.map_err(|reason| {
-                    if *fallback && reason.contains("connection error") {
-                        "no credentials found (no service_account_path, \
-                         GOOGLE_APPLICATION_CREDENTIALS or application default credentials) \
-                         and the GCE metadata server is unreachable"
-                            .to_string()
+                    // As the last resort of the default chain, a metadata server that cannot
+                    // be reached (no such host off GCE, refused, timed out) means "nothing
+                    // configured"; an HTTP answer is reported as it is.
+                    let answered = reason.starts_with(|c: char| c.is_ascii_digit());
+                    if *fallback && !answered {
+                        format!(
+                            "no credentials found (no service_account_path, \
+                             GOOGLE_APPLICATION_CREDENTIALS or application default credentials) \
+                             and the GCE metadata server is unreachable ({reason})"
+                        )
                     } else {
                         format!("metadata server: {reason}")
                     }
