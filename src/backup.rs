@@ -61,12 +61,7 @@ pub struct BackupSummary {
 /// Every failure is counted in `broker_backup_errors` (`crate::metrics`): a queue's with its
 /// queue and vhost, the job's own with empty labels.
 pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<BackupSummary> {
-    let mut queue_failed = false;
-    let result = run_job(cfg, storage, &mut queue_failed);
-    if let (Err(e), false) = (&result, queue_failed) {
-        metrics::global().error("", "", e);
-    }
-    result
+    metrics::global().job(|queue_failed| run_job(cfg, storage, queue_failed))
 }
 
 /// [`run`]; sets `queue_failed` when the error returned is a queue's (already counted).

@@ -93,12 +93,7 @@ pub struct QueueRestore {
 /// every failure in `broker_backup_errors`, a queue's with its target queue and vhost, the
 /// job's own with empty labels.
 pub fn run(cfg: &Config, storage: Arc<dyn Storage>) -> Result<RestoreSummary> {
-    let mut queue_failed = false;
-    let result = run_job(cfg, storage, &mut queue_failed);
-    if let (Err(e), false) = (&result, queue_failed) {
-        metrics::global().error("", "", e);
-    }
-    result
+    metrics::global().job(|queue_failed| run_job(cfg, storage, queue_failed))
 }
 
 /// [`run`]; sets `queue_failed` when the error returned is a queue's (already counted).

@@ -269,6 +269,21 @@ impl Metrics {
         self.errors.with([queue, vhost, err.error_type()]).inc();
     }
 
+    /// Runs a whole job (a backup or a restore) and counts its failure in
+    /// `broker_backup_errors` with empty queue and vhost, unless the job set its flag to say
+    /// the error is a queue's, already counted with that queue's labels.
+    pub fn job<T>(
+        &self,
+        run: impl FnOnce(&mut bool) -> crate::error::Result<T>,
+    ) -> crate::error::Result<T> {
+        let mut queue_failed = false;
+        let result = run(&mut queue_failed);
+        if let (Err(e), false) = (&result, queue_failed) {
+            self.error("", "", e);
+        }
+        result
+    }
+
     /// Messages read by backups plus messages published by restores so far: the job's progress.
     pub fn progress(&self) -> u64 {
         self.messages_read.total() + self.restore_published.total()

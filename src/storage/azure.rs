@@ -493,18 +493,7 @@ impl AzureBlobStorage {
                 bearer(TokenKind::Imds, url)
             }
         };
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .timeout_resolve(Some(CONNECT_TIMEOUT))
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .timeout_send_request(Some(IO_TIMEOUT))
-            .timeout_recv_response(Some(IO_TIMEOUT))
-            .timeout_per_read(Some(IO_TIMEOUT))
-            .timeout_per_write(Some(IO_TIMEOUT))
-            .user_agent(concat!("rmq-backup/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .new_agent();
+        let agent = super::http_agent(CONNECT_TIMEOUT, IO_TIMEOUT);
         let storage = AzureBlobStorage {
             agent,
             account,

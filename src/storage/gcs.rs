@@ -506,21 +506,9 @@ fn oauth_error_code(body: &[u8]) -> Option<String> {
 // HTTP helpers
 // ---------------------------------------------------------------------------------------------
 
-/// An agent that returns every status as a response, follows no redirects (a 308 is the answer
-/// of a resumable chunk), and times out connecting after `connect` and each read or write after
-/// [`IO_TIMEOUT`].
+/// [`super::http_agent`] with this backend's I/O timeout.
 fn new_agent(connect: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_resolve(Some(connect))
-        .timeout_connect(Some(connect))
-        .timeout_per_read(Some(IO_TIMEOUT))
-        .timeout_per_write(Some(IO_TIMEOUT))
-        .timeout_recv_response(Some(IO_TIMEOUT))
-        .user_agent(concat!("rmq-backup/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .new_agent()
+    super::http_agent(connect, IO_TIMEOUT)
 }
 
 /// Transient or permanent, for [`retry::run`].

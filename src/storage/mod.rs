@@ -401,6 +401,25 @@ impl Storage for Prefixed {
     }
 }
 
+/// The HTTP agent of the ureq-based object stores (Azure, GCS): every status comes back as a
+/// response (the backend maps it to an error), no redirect is followed (a 308 is the answer of
+/// a resumable chunk), resolving and connecting time out after `connect`, and sending the
+/// request, waiting for the answer and each body read or write after `io`.
+pub(crate) fn http_agent(connect: std::time::Duration, io: std::time::Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_resolve(Some(connect))
+        .timeout_connect(Some(connect))
+        .timeout_send_request(Some(io))
+        .timeout_recv_response(Some(io))
+        .timeout_per_read(Some(io))
+        .timeout_per_write(Some(io))
+        .user_agent(concat!("rmq-backup/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .new_agent()
+}
+
 /// Text of an I/O error for messages: the OS's description without the ` (os error N)` suffix
 /// (`Permission denied`, `No such file or directory`, `No space left on device`).
 pub fn io_reason(e: &std::io::Error) -> String {
