@@ -53,7 +53,7 @@ use crate::error::{Error, Result};
 use base64::Engine as _;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -1354,37 +1354,16 @@ impl Storage for AzureBlobStorage {
 
     fn get_to_file(&self, key: &str, path: &Path) -> Result<u64> {
         validate_key(key)?;
-        let write_error = |e: &io::Error| {
-            Attempt::Permanent(Error::Io(format!(
-                "Failed to write {}: {}",
-                path.display(),
-                io_reason(e)
-            )))
-        };
         retry::run(self.retry, &format!("Azure get {key}"), || {
             let resp = self.get_response(key)?;
             let mut body = resp.into_body().into_reader();
-            let mut dst = File::create(path).map_err(|e| write_error(&e))?;
-            let mut buf = vec![0u8; 1 << 20];
-            let mut total = 0u64;
-            loop {
-                let n = match body.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        return Err(Attempt::Transient(fail(
-                            "get",
-                            key,
-                            &format!("connection error: {}", strip_queries(&io_reason(&e))),
-                        )))
-                    }
-                };
-                dst.write_all(&buf[..n]).map_err(|e| write_error(&e))?;
-                total += n as u64;
-            }
-            dst.flush().map_err(|e| write_error(&e))?;
-            Ok(total)
+            super::body_to_file(&mut body, path, |e| {
+                Attempt::Transient(fail(
+                    "get",
+                    key,
+                    &format!("connection error: {}", strip_queries(&io_reason(e))),
+                ))
+            })
         })
     }
 
@@ -1498,6 +1477,7 @@ mod tests {
     use super::*;
     use crate::storage::conformance::{self, TempDir};
     use std::collections::HashMap;
+    use std::io::Write;
     use std::io::{BufRead, BufReader};
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicU32, Ordering};

@@ -40,7 +40,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use ring::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
 use serde::Deserialize;
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -1102,36 +1102,12 @@ impl Storage for GcsBackend {
     /// the download again (the file is truncated).
     fn get_to_file(&self, key: &str, path: &Path) -> Result<u64> {
         let ctx = format!("Failed to get {key}");
-        let write_error = |e: &io::Error| {
-            Attempt::Permanent(Error::Io(format!(
-                "Failed to write {}: {}",
-                path.display(),
-                io_reason(e)
-            )))
-        };
-        let mut buf = vec![0u8; 1 << 20];
         self.download(key, |mut resp| {
-            let mut out = File::create(path).map_err(|e| write_error(&e))?;
             let mut reader = resp.body_mut().as_reader();
-            let mut total = 0u64;
-            loop {
-                let n = match reader.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        let (transient, reason) = classify_io(&e);
-                        return Err(to_attempt(
-                            transient,
-                            Error::Storage(format!("{ctx}: {reason}")),
-                        ));
-                    }
-                };
-                out.write_all(&buf[..n]).map_err(|e| write_error(&e))?;
-                total += n as u64;
-            }
-            out.flush().map_err(|e| write_error(&e))?;
-            Ok(total)
+            super::body_to_file(&mut reader, path, |e| {
+                let (transient, reason) = classify_io(e);
+                to_attempt(transient, Error::Storage(format!("{ctx}: {reason}")))
+            })
         })
     }
 
@@ -1251,6 +1227,7 @@ mod tests {
     use ring::signature::{UnparsedPublicKey, RSA_PKCS1_2048_8192_SHA256};
     use std::collections::HashMap;
     use std::io::BufRead;
+    use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::OnceLock;

@@ -420,6 +420,40 @@ pub(crate) fn http_agent(connect: std::time::Duration, io: std::time::Duration) 
         .new_agent()
 }
 
+/// Streams an HTTP response `body` into the local file `path` (created or truncated) through
+/// a 1 MiB buffer and returns the bytes written: the download half of `get_to_file` for the
+/// HTTP backends. A read error is mapped by `on_read` (the backend decides whether it is
+/// transient); a write error is permanent: `IO error: Failed to write <path>: <reason>`.
+pub(crate) fn body_to_file(
+    body: &mut dyn std::io::Read,
+    path: &Path,
+    on_read: impl Fn(&std::io::Error) -> retry::Attempt,
+) -> std::result::Result<u64, retry::Attempt> {
+    use std::io::Write;
+    let write_error = |e: &std::io::Error| {
+        retry::Attempt::Permanent(Error::Io(format!(
+            "Failed to write {}: {}",
+            path.display(),
+            io_reason(e)
+        )))
+    };
+    let mut out = std::fs::File::create(path).map_err(|e| write_error(&e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = match body.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(on_read(&e)),
+        };
+        out.write_all(&buf[..n]).map_err(|e| write_error(&e))?;
+        total += n as u64;
+    }
+    out.flush().map_err(|e| write_error(&e))?;
+    Ok(total)
+}
+
 /// Text of an I/O error for messages: the OS's description without the ` (os error N)` suffix
 /// (`Permission denied`, `No such file or directory`, `No space left on device`).
 pub fn io_reason(e: &std::io::Error) -> String {
