@@ -25,34 +25,18 @@ use std::time::Duration;
 const ROUNDS: usize = 5;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let bin = args
-        .get(1)
-        .cloned()
-        .unwrap_or_else(|| "target/release/rmq-backup".into());
-    let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let size: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1024);
-    let text = args.get(4).map(String::as_str) == Some("text");
+    let a = Args::parse();
+    let (bin, n, size, text, kind) = (a.bin.clone(), a.n, a.size, a.text, a.kind());
     let compression = std::env::var("BENCH_COMPRESSION").unwrap_or_else(|_| "zstd".into());
     let mgmt = ManagementClient::new(MGMT, "guest", "guest").expect("management");
     let (src, dst, raw) = ("rmqb-bench-src", "rmqb-bench-dst", "rmqb-bench-raw");
     for v in [src, dst, raw] {
-        let _ = mgmt.delete_vhost(v);
-        mgmt.create_vhost(v).expect("vhost");
-        mgmt.set_permissions(v, "guest").expect("permissions");
+        fresh_vhost(&mgmt, v);
     }
     let work = std::env::temp_dir().join(format!("rmqb-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).expect("work dir");
     let store = work.join("store");
-    let kind = if text { "JSON-like text" } else { "random" };
-
-    println!("seeding {n} x {size} B {kind} messages (20 headers) into a classic queue ...");
-    let sconn = connect(src);
-    let ch = sconn.open_channel().expect("channel");
-    ch.queue_declare("bench", true, false, false, &FieldTable::new())
-        .expect("declare");
-    ch.close().expect("close");
-    publish(&sconn, "bench", n, size, text);
+    let sconn = seed(src, &a);
 
     // Raw read and backup alternate, ROUNDS times each, on the same queue.
     let (mut raw_reads, mut backups, mut backup_rss) = (Vec::new(), Vec::new(), 0);

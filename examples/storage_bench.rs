@@ -12,7 +12,6 @@
 mod bench_common;
 
 use bench_common::*;
-use rmq_backup::amqp::FieldTable;
 use rmq_backup::management::ManagementClient;
 use std::time::Duration;
 
@@ -58,32 +57,16 @@ fn create_buckets(name: &str) {
 
 fn main() {
     rmq_backup::install_tls_provider();
-    let args: Vec<String> = std::env::args().collect();
-    let bin = args
-        .get(1)
-        .cloned()
-        .unwrap_or_else(|| "target/release/rmq-backup".into());
-    let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let size: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1024);
-    let text = args.get(4).map(String::as_str) == Some("text");
+    let a = Args::parse();
+    let (bin, n, size, kind) = (a.bin.clone(), a.n, a.size, a.kind());
     let mgmt = ManagementClient::new(MGMT, "guest", "guest").expect("management");
     let src = "rmqb-storage-bench";
-    let _ = mgmt.delete_vhost(src);
-    mgmt.create_vhost(src).expect("vhost");
-    mgmt.set_permissions(src, "guest").expect("permissions");
+    fresh_vhost(&mgmt, src);
     let work = std::env::temp_dir().join(format!("rmqb-storage-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).expect("work dir");
     let bucket = format!("rmqb-bench-{}", std::process::id());
     create_buckets(&bucket);
-
-    let kind = if text { "JSON-like text" } else { "random" };
-    println!("seeding {n} x {size} B {kind} messages (20 headers) into a classic queue ...");
-    let conn = connect(src);
-    let ch = conn.open_channel().expect("channel");
-    ch.queue_declare("bench", true, false, false, &FieldTable::new())
-        .expect("declare");
-    ch.close().expect("close");
-    publish(&conn, "bench", n, size, text);
+    let conn = seed(src, &a);
 
     type Backend<'a> = (&'a str, String, Vec<(&'a str, &'a str)>);
     let backends: [Backend; 4] = [

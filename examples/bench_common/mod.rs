@@ -162,3 +162,61 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
+
+/// The command line of the benchmarks: `<path to rmq-backup> [messages=100000]
+/// [body bytes=1024] [random|text]`.
+pub struct Args {
+    pub bin: String,
+    pub n: usize,
+    pub size: usize,
+    pub text: bool,
+}
+
+impl Args {
+    pub fn parse() -> Args {
+        let args: Vec<String> = std::env::args().collect();
+        Args {
+            bin: args
+                .get(1)
+                .cloned()
+                .unwrap_or_else(|| "target/release/rmq-backup".into()),
+            n: args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000),
+            size: args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1024),
+            text: args.get(4).map(String::as_str) == Some("text"),
+        }
+    }
+
+    /// `JSON-like text` or `random`.
+    pub fn kind(&self) -> &'static str {
+        if self.text {
+            "JSON-like text"
+        } else {
+            "random"
+        }
+    }
+}
+
+/// Deletes `vhost` if present and creates it afresh with permissions for guest.
+pub fn fresh_vhost(mgmt: &rmq_backup::management::ManagementClient, vhost: &str) {
+    let _ = mgmt.delete_vhost(vhost);
+    mgmt.create_vhost(vhost).expect("vhost");
+    mgmt.set_permissions(vhost, "guest").expect("permissions");
+}
+
+/// Declares the classic queue `bench` in `vhost`, publishes `a.n` messages into it, and
+/// returns the connection.
+pub fn seed(vhost: &str, a: &Args) -> Connection {
+    println!(
+        "seeding {} x {} B {} messages (20 headers) into a classic queue ...",
+        a.n,
+        a.size,
+        a.kind()
+    );
+    let conn = connect(vhost);
+    let ch = conn.open_channel().expect("channel");
+    ch.queue_declare("bench", true, false, false, &FieldTable::new())
+        .expect("declare");
+    ch.close().expect("close");
+    publish(&conn, "bench", a.n, a.size, a.text);
+    conn
+}
