@@ -96,7 +96,7 @@ fn main() {
         let (mut raws, mut backups, mut rss) = (Vec::new(), Vec::new(), 0);
         for round in 0..ROUNDS {
             std::thread::sleep(Duration::from_secs(1));
-            raws.push(rate(n, raw_read(&conn, "bench", n)));
+            raws.push(rate(n, raw_read(&conn, "bench", n).delivered));
             std::thread::sleep(Duration::from_secs(1));
             let cfg = work.join("backup.yaml");
             std::fs::write(

@@ -189,6 +189,12 @@ impl QueueRead<'_> {
         // back, oldest first; on a quorum queue each window is seen back in the queue before
         // the next goes (returns are applied asynchronously, in order only one batch at a
         // time). Classic queues put requeued messages back in their places.
+        let given_back_at = Instant::now();
+        log::debug!(
+            "queue {queue}: {} messages read on {} consumer(s); giving them back",
+            outcome.read,
+            windows.len()
+        );
         let mut give_back: Result<()> = Ok(());
         for window in windows.iter().rev() {
             if let Err(e) = window.channel.basic_cancel(window.consumer.tag()) {
@@ -225,6 +231,10 @@ impl QueueRead<'_> {
         if let (Ok(()), Ok(before)) = (&give_back, ready_before) {
             give_back = wait_until_ready(control, queue, before + returned).map(drop);
         }
+        log::debug!(
+            "queue {queue}: messages given back in {} ms",
+            given_back_at.elapsed().as_millis()
+        );
         read?;
         give_back
     }

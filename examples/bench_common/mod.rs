@@ -86,7 +86,19 @@ pub fn publish(conn: &Connection, queue: &str, n: usize, size: usize, text: bool
     took
 }
 
-pub fn raw_read(conn: &Connection, queue: &str, n: usize) -> Duration {
+/// The two timings of one raw read (see [`raw_read`]).
+pub struct RawRead {
+    /// From the first consume to the last delivery.
+    pub delivered: Duration,
+    /// From the first consume until every message is back in the queue (channels closed, the
+    /// ready count is the whole depth again): the same job as a backup's read.
+    pub whole: Duration,
+}
+
+/// Reads all `n` messages of `queue` without acks (sequential 65,535-message consumer windows),
+/// then gives them back by closing the channels and waits until the queue's ready count is `n`
+/// again, so that the next measurement starts on a settled queue.
+pub fn raw_read(conn: &Connection, queue: &str, n: usize) -> RawRead {
     let started = Instant::now();
     let mut read = 0;
     let mut channels = Vec::new();
@@ -106,11 +118,22 @@ pub fn raw_read(conn: &Connection, queue: &str, n: usize) -> Duration {
         }
         channels.push(ch);
     }
-    let took = started.elapsed();
+    let delivered = started.elapsed();
     for ch in channels {
         ch.close().expect("close");
     }
-    took
+    let control = conn.open_channel().expect("channel");
+    while (control
+        .queue_declare_passive(queue)
+        .expect("declare")
+        .message_count as usize)
+        < n
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let whole = started.elapsed();
+    control.close().expect("close");
+    RawRead { delivered, whole }
 }
 
 /// Runs rmq-backup, returning its wall time and peak RSS in KiB (VmHWM polled every 20 ms).
@@ -158,6 +181,7 @@ pub fn rate(n: usize, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64()
 }
 
+/// The median of `v` (the upper one of an even count).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
