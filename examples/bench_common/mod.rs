@@ -122,14 +122,21 @@ pub fn raw_read(conn: &Connection, queue: &str, n: usize) -> RawRead {
     for ch in channels {
         ch.close().expect("close");
     }
+    // Polled like rmq-backup's reader polls: from 1 ms, doubling up to 50 ms; at most 60 s.
     let control = conn.open_channel().expect("channel");
+    let mut pause = Duration::from_millis(1);
     while (control
         .queue_declare_passive(queue)
         .expect("declare")
         .message_count as usize)
         < n
     {
-        std::thread::sleep(Duration::from_millis(1));
+        assert!(
+            started.elapsed() < delivered + Duration::from_secs(60),
+            "the raw read's messages did not come back within 60 s"
+        );
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
     let whole = started.elapsed();
     control.close().expect("close");
