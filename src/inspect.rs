@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::manifest::{self, Manifest};
+use crate::now_ms;
 use crate::record::decode_record;
 use crate::segment::{sha256_file, SegmentReader};
 use crate::spool::SpoolDir;
@@ -35,73 +36,147 @@ impl std::str::FromStr for Format {
 #[derive(Debug, Clone, Serialize)]
 pub struct BackupListing {
     pub backup_id: String,
-    /// `completed` or `interrupted` (SPEC.md "States and transitions").
+    /// `completed`, `running`, `interrupted` ([`status`]) or `damaged` (the manifest cannot be
+    /// read; `error` says why).
     pub status: &'static str,
-    pub created_at: i64,
+    /// Epoch ms; null when damaged.
+    pub created_at: Option<i64>,
     pub completed_at: Option<i64>,
     pub queues: usize,
     pub total_messages: u64,
     pub total_bytes: u64,
     pub total_segments: u64,
+    /// Why the manifest cannot be read (with its SPEC.md category prefix), else null.
+    pub error: Option<String>,
+}
+
+/// What `list` found: every backup, oldest first, damaged ones last.
+#[derive(Debug, Clone)]
+pub struct BackupList {
+    pub location: String,
+    pub backups: Vec<BackupListing>,
+}
+
+impl BackupList {
+    /// True when a manifest could not be read (the command then exits with
+    /// [`crate::cli::EXIT_DAMAGED`] after listing every backup).
+    pub fn any_damaged(&self) -> bool {
+        self.backups.iter().any(|b| b.error.is_some())
+    }
+
+    /// The list as a table (damaged manifests with their reason below it) or as JSON.
+    pub fn render(&self, format: Format) -> Result<String> {
+        if format == Format::Json {
+            return to_json(&self.backups);
+        }
+        if self.backups.is_empty() {
+            return Ok(format!("No backups in {}\n", self.location));
+        }
+        let table: Vec<Vec<String>> = self
+            .backups
+            .iter()
+            .map(|r| {
+                vec![
+                    r.backup_id.clone(),
+                    r.status.to_string(),
+                    r.created_at.map_or("-".into(), format_ms),
+                    r.queues.to_string(),
+                    r.total_messages.to_string(),
+                    r.total_segments.to_string(),
+                    human_bytes(r.total_bytes),
+                ]
+            })
+            .collect();
+        let mut out = render(
+            &[
+                "BACKUP ID",
+                "STATUS",
+                "CREATED (UTC)",
+                "QUEUES",
+                "MESSAGES",
+                "SEGMENTS",
+                "SIZE",
+            ],
+            &table,
+        );
+        for b in &self.backups {
+            if let Some(e) = &b.error {
+                let _ = writeln!(out, "{}: manifest damaged: {e}", b.backup_id);
+            }
+        }
+        Ok(out)
+    }
 }
 
 fn read_manifest(storage: &dyn Storage, backup_id: &str) -> Result<Manifest> {
     Manifest::from_json(&storage.get_bytes(&manifest::manifest_key(backup_id))?)
 }
 
-/// `list`: every backup in the storage, oldest first.
-pub fn list(storage: &dyn Storage, format: Format) -> Result<String> {
+/// The state of a backup (SPEC.md "States and transitions"): `completed` when its manifest has
+/// `completed_at`; otherwise `running` while the run lock of the backup is live (see
+/// [`crate::lock`]: a heartbeat less than 30 s old), else `interrupted`.
+///
+/// Errors: storage failures reading the lock.
+pub fn status(storage: &dyn Storage, m: &Manifest) -> Result<&'static str> {
+    if m.completed_at.is_some() {
+        return Ok("completed");
+    }
+    let live = crate::lock::read(storage, &m.backup_id)?.is_some_and(|l| l.is_live(now_ms()));
+    Ok(if live { "running" } else { "interrupted" })
+}
+
+/// `list`: every backup in the storage, oldest first. A manifest that cannot be parsed is
+/// listed as `damaged` with the reason, after the others.
+///
+/// Errors: storage failures (listing, reading); a damaged manifest is not an error.
+pub fn list(storage: &dyn Storage) -> Result<BackupList> {
     let mut rows = Vec::new();
     for id in storage.list_backup_ids()? {
-        let m = read_manifest(storage, &id)?;
-        rows.push(BackupListing {
-            backup_id: id,
-            status: if m.completed_at.is_some() {
-                "completed"
-            } else {
-                "interrupted"
-            },
-            created_at: m.created_at,
-            completed_at: m.completed_at,
-            queues: m.queues.len(),
-            total_messages: m.total_messages,
-            total_bytes: m.total_bytes,
-            total_segments: m.total_segments,
-        });
+        let mut row = BackupListing {
+            backup_id: id.clone(),
+            status: "damaged",
+            created_at: None,
+            completed_at: None,
+            queues: 0,
+            total_messages: 0,
+            total_bytes: 0,
+            total_segments: 0,
+            error: None,
+        };
+        match read_manifest(storage, &id) {
+            Ok(m) => {
+                row.status = status(storage, &m)?;
+                row.created_at = Some(m.created_at);
+                row.completed_at = m.completed_at;
+                row.queues = m.queues.len();
+                row.total_messages = m.total_messages;
+                row.total_bytes = m.total_bytes;
+                row.total_segments = m.total_segments;
+            }
+            // Listed a moment ago, gone now: not a backup any more.
+            Err(Error::Storage(m)) if m.starts_with("Key not found") => {
+                log::debug!("backup {id}: manifest gone since it was listed");
+                continue;
+            }
+            Err(e) if is_damage(&e) => {
+                report_problem(&manifest::manifest_key(&id), &e);
+                row.error = Some(e.to_string());
+            }
+            Err(e) => return Err(e),
+        }
+        rows.push(row);
     }
-    rows.sort_by(|a, b| (a.created_at, &a.backup_id).cmp(&(b.created_at, &b.backup_id)));
-    if format == Format::Json {
-        return to_json(&rows);
-    }
-    if rows.is_empty() {
-        return Ok(format!("No backups in {}\n", storage.location()));
-    }
-    let table: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            vec![
-                r.backup_id.clone(),
-                r.status.to_string(),
-                format_ms(r.created_at),
-                r.queues.to_string(),
-                r.total_messages.to_string(),
-                r.total_segments.to_string(),
-                human_bytes(r.total_bytes),
-            ]
-        })
-        .collect();
-    Ok(render(
-        &[
-            "BACKUP ID",
-            "STATUS",
-            "CREATED (UTC)",
-            "QUEUES",
-            "MESSAGES",
-            "SEGMENTS",
-            "SIZE",
-        ],
-        &table,
-    ))
+    rows.sort_by(|a, b| {
+        (a.created_at.is_none(), a.created_at, &a.backup_id).cmp(&(
+            b.created_at.is_none(),
+            b.created_at,
+            &b.backup_id,
+        ))
+    });
+    Ok(BackupList {
+        location: storage.location(),
+        backups: rows,
+    })
 }
 
 /// `describe`: the manifest of one backup, queue by queue.
@@ -118,10 +193,10 @@ pub fn describe(storage: &dyn Storage, backup_id: &str, format: Format) -> Resul
     line(
         &mut out,
         "Status:",
-        if m.completed_at.is_some() {
-            "completed"
-        } else {
-            "interrupted (completed_at is null)"
+        match status(storage, &m)? {
+            "running" => "running (being written; completed_at is null)",
+            "interrupted" => "interrupted (completed_at is null)",
+            other => other,
         }
         .into(),
     );
@@ -216,6 +291,8 @@ pub struct ValidationReport {
     pub backup_id: String,
     pub deep: bool,
     pub completed: bool,
+    /// `completed`, `running` or `interrupted` ([`status`]).
+    pub status: &'static str,
     pub segments_checked: u64,
     pub records_checked: u64,
     pub problems: Vec<Problem>,
@@ -264,7 +341,8 @@ impl ValidationReport {
         if !self.completed {
             let _ = writeln!(
                 out,
-                "Note: the backup is interrupted (completed_at is null)."
+                "Note: the backup is {} (completed_at is null).",
+                self.status
             );
         }
         Ok(out)
@@ -284,6 +362,7 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
         backup_id: backup_id.to_string(),
         deep,
         completed: m.completed_at.is_some(),
+        status: status(storage, &m)?,
         segments_checked: 0,
         records_checked: 0,
         problems: Vec::new(),

@@ -7,7 +7,8 @@
 //! - [`amqp`]: the synchronous AMQP 0-9-1 client; [`management`]: the management HTTP API;
 //! - [`reader`]: reading a queue without losing it (the requeue strategies);
 //! - [`record`], [`segment`], [`manifest`]: the backup format; [`storage`]: where it is kept;
-//! - [`backup`], [`restore`], [`definitions`], [`inspect`]: the jobs; [`cli`]: the command line;
+//! - [`backup`], [`restore`], [`definitions`], [`inspect`]: the jobs; [`lock`]: a running
+//!   backup's heartbeat; [`cli`]: the command line;
 //! - [`metrics`]: the metrics, health and their HTTP server; [`progress`]: progress on a terminal.
 
 pub mod amqp;
@@ -18,6 +19,7 @@ pub mod config;
 pub mod definitions;
 pub mod error;
 pub mod inspect;
+pub mod lock;
 pub mod management;
 pub mod manifest;
 pub mod metrics;

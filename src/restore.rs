@@ -108,7 +108,8 @@ fn run_job(
     let backup_id = cfg.backup_id.as_str();
     let manifest = Manifest::from_json(&storage.get_bytes(&manifest::manifest_key(backup_id))?)?;
     if manifest.completed_at.is_none() {
-        log::warn!("backup {backup_id} is incomplete (completed_at is null): restoring the queues it holds");
+        let status = crate::inspect::status(storage.as_ref(), &manifest)?;
+        log::warn!("backup {backup_id} is {status} (completed_at is null): restoring the queues it holds so far");
     }
     let mut summary = RestoreSummary {
         backup_id: backup_id.to_string(),

@@ -68,6 +68,18 @@ impl QueueSelection {
     }
 }
 
+/// True when a queue of a type rmq-backup does not know (a plugin's) is selected by `sel`: by
+/// name, vhost and depth, and only when `sel` has no `types` filter (which can only name known
+/// types). `None` (source.queues omitted) selects every queue.
+pub fn selected_any_type(
+    sel: Option<&QueueSelection>,
+    vhost: &str,
+    name: &str,
+    messages: u64,
+) -> bool {
+    sel.is_none_or(|s| s.types.is_empty() && s.matches(vhost, name, QueueType::Classic, messages))
+}
+
 /// True when the queue is selected by `sel`; `None` (source.queues omitted) selects every queue.
 pub fn selected(
     sel: Option<&QueueSelection>,

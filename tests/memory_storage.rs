@@ -34,7 +34,10 @@ fn backup_and_restore_through_memory_storage() {
     );
     assert_eq!(depth(&conn, "mem q"), 80);
 
-    let listing = inspect::list(store.as_ref(), inspect::Format::Table).unwrap();
+    let listing = inspect::list(store.as_ref())
+        .unwrap()
+        .render(inspect::Format::Table)
+        .unwrap();
     assert!(listing.contains("mem-1"), "{listing}");
     let report = inspect::validate(store.as_ref(), "mem-1", true).unwrap();
     assert!(report.is_valid(), "{:?}", report.problems);

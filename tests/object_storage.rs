@@ -265,7 +265,7 @@ fn s3_errors_name_the_cause_without_secrets() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("Storage error: Failed to put denied/manifest.json: 403 Forbidden"),
+        stderr.contains("Storage error: Failed to put denied/state/lock.json: 403 Forbidden"),
         "{stderr}"
     );
     assert!(!stderr.contains("rmqbackup-readonly-secret"), "{stderr}");
@@ -282,7 +282,7 @@ fn s3_errors_name_the_cause_without_secrets() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("Storage error: Failed to put denied/manifest.json: NoSuchBucket"),
+        stderr.contains("Storage error: Failed to put denied/state/lock.json: NoSuchBucket"),
         "{stderr}"
     );
     // An endpoint where nothing listens.
@@ -427,7 +427,7 @@ fn azure_errors_name_the_cause_without_secrets() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("Storage error: Failed to put denied/manifest.json: ContainerNotFound"),
+        stderr.contains("Storage error: Failed to put denied/state/lock.json: ContainerNotFound"),
         "{stderr}"
     );
     // A wrong key: denied, and the key never shows, even at -vv.
@@ -571,7 +571,7 @@ fn gcs_errors_name_the_cause() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("Storage error: Failed to put nobucket/manifest.json: NoSuchBucket"),
+        stderr.contains("Storage error: Failed to put nobucket/state/lock.json: NoSuchBucket"),
         "{stderr}"
     );
     let b = GcsBucket::new("missing");

@@ -175,6 +175,10 @@ pub struct Metrics {
     pub checkpoint_syncs: Counter,
     /// `broker_backup_errors` (ErrorLabels).
     pub errors: CounterFamily,
+    /// `broker_backup_queues_skipped` (QueueLabels, `queue_type` as the management API names
+    /// it): selected queues a backup left alone (exclusive, quorum with a delivery limit,
+    /// streams, unknown types). Not in SPEC.md's list: the exit code 4 says the same to scripts.
+    pub queues_skipped: CounterFamily,
     /// `broker_restore_messages_published` (QueueLabels).
     pub restore_published: CounterFamily,
     /// `broker_restore_messages_confirmed` (QueueLabels).
@@ -223,6 +227,10 @@ impl Metrics {
                 "broker_backup_errors",
                 "Errors by type and queue.",
                 ERROR_LABELS,
+            ),
+            queues_skipped: q(
+                "broker_backup_queues_skipped",
+                "Selected queues the backup left alone (exclusive, delivery limit, unsupported type).",
             ),
             restore_published: q(
                 "broker_restore_messages_published",
@@ -308,6 +316,7 @@ impl Metrics {
             self.checkpoint_syncs.get()
         );
         self.errors.render(&mut out);
+        self.queues_skipped.render(&mut out);
         self.restore_published.render(&mut out);
         self.restore_confirmed.render(&mut out);
         self.restore_failed.render(&mut out);

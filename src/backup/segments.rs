@@ -1,0 +1,222 @@
+//! Segments of one queue: records encoded and appended to the current segment (streaming
+//! compression into a spool file), rotation on `segment_max_bytes` / `segment_max_interval_ms`,
+//! and the uploader threads that finish each segment and store it.
+
+use super::QueueContext;
+use crate::error::{Error, Result};
+use crate::management::QueueInfo;
+use crate::manifest::{self, SegmentMetadata};
+use crate::metrics::BackupQueueMetrics;
+use crate::record::{encode_record, BackupRecord};
+use crate::segment::SegmentWriter;
+use crate::spool::unique_file;
+use crate::storage::Storage;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use std::time::{Duration, Instant};
+
+/// A full segment on its way to storage: the uploader finishes and stores it.
+pub(super) struct Upload {
+    key: String,
+    sequence: u64,
+    writer: SegmentWriter,
+    reply: Sender<Result<SegmentMetadata>>,
+    /// The queue's counters (segments written and their bytes).
+    metrics: BackupQueueMetrics,
+}
+
+/// Receives batches of records, encodes them, appends them to the current segment,
+/// rotates on `segment_max_bytes` / `segment_max_interval_ms`, hands finished segments to the
+/// uploaders, and returns their metadata in sequence order once all are stored.
+pub(super) fn build_segments(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+    m: &BackupQueueMetrics,
+    batches: Receiver<Vec<BackupRecord>>,
+    uploads: &Sender<Upload>,
+) -> Result<Vec<SegmentMetadata>> {
+    let max_bytes = ctx.opts.segment_max_bytes;
+    let max_age = Duration::from_millis(ctx.opts.segment_max_interval_ms);
+    let mut current: Option<(SegmentWriter, Instant)> = None;
+    let mut sequence = 0u64;
+    let mut pending: Vec<Receiver<Result<SegmentMetadata>>> = Vec::new();
+
+    // Finishing a segment (last compressed block, header, SHA-256) happens on an uploader
+    // thread, so reading and compressing go on meanwhile.
+    let rotate = |current: &mut Option<(SegmentWriter, Instant)>,
+                  sequence: &mut u64,
+                  pending: &mut Vec<Receiver<Result<SegmentMetadata>>>,
+                  why: &str|
+     -> Result<()> {
+        let Some((writer, opened)) = current.take() else {
+            return Ok(());
+        };
+        *sequence += 1;
+        log::trace!(
+            "queue {} in vhost {}: segment {} closed ({why}): {} records, {} bytes uncompressed, {} ms old",
+            q.name,
+            q.vhost,
+            *sequence,
+            writer.record_count(),
+            writer.uncompressed_bytes(),
+            opened.elapsed().as_millis()
+        );
+        let key = manifest::segment_key(
+            ctx.backup_id,
+            &q.vhost,
+            &q.name,
+            *sequence,
+            ctx.compression.extension(),
+        );
+        let (tx, rx) = bounded(1);
+        uploads
+            .send(Upload {
+                key,
+                sequence: *sequence,
+                writer,
+                reply: tx,
+                metrics: m.clone(),
+            })
+            .map_err(|_| Error::Io("segment uploaders stopped".into()))?;
+        pending.push(rx);
+        Ok(())
+    };
+
+    // One buffer for every record's JSON. Encoding runs here, not on a thread pool: on two
+    // cores shared with the broker, pool threads waking per batch cost the broker more than
+    // they save (measured: backup/raw read 0.84 -> 0.91 without rayon).
+    let mut json = Vec::new();
+    loop {
+        let wait = match &current {
+            Some((_, opened)) => max_age.saturating_sub(opened.elapsed()),
+            None => Duration::from_secs(3600),
+        };
+        let batch = match batches.recv_timeout(wait) {
+            Ok(b) => b,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                rotate(
+                    &mut current,
+                    &mut sequence,
+                    &mut pending,
+                    "segment_max_interval_ms",
+                )?;
+                continue;
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        };
+        for record in &batch {
+            json.clear();
+            encode_record(record, &mut json);
+            let full = current.as_ref().is_some_and(|(w, opened)| {
+                segment_full(
+                    w.record_count(),
+                    w.uncompressed_bytes(),
+                    json.len(),
+                    opened.elapsed(),
+                    max_bytes,
+                    max_age,
+                )
+            });
+            if full {
+                rotate(&mut current, &mut sequence, &mut pending, "full or old")?;
+            }
+            if current.is_none() {
+                let path = unique_file(ctx.spool, &format!("{}-{}", q.vhost, q.name));
+                log::trace!(
+                    "queue {} in vhost {}: segment {} opened in {} ({:?}, level {})",
+                    q.name,
+                    q.vhost,
+                    sequence + 1,
+                    path.display(),
+                    ctx.compression,
+                    ctx.opts.compression_level
+                );
+                current = Some((
+                    SegmentWriter::create(&path, ctx.compression, ctx.opts.compression_level)?,
+                    Instant::now(),
+                ));
+            }
+            if let Some((writer, _)) = current.as_mut() {
+                writer.append(&json, record.backed_up_at)?;
+            }
+        }
+    }
+    rotate(&mut current, &mut sequence, &mut pending, "end of queue")?;
+    pending
+        .into_iter()
+        .map(|rx| {
+            rx.recv()
+                .unwrap_or_else(|_| Err(Error::Io("segment uploader stopped".into())))
+        })
+        .collect()
+}
+
+/// Whether the current segment must be finished before a record of `next_len` JSON bytes is
+/// appended: it is not empty and either the record would take it past `max_bytes`
+/// (`segment_max_bytes`, uncompressed payload incl. the 4-byte length prefixes) or it is older
+/// than `max_age` (`segment_max_interval_ms`). A single record larger than `max_bytes` still
+/// gets a segment of its own.
+fn segment_full(
+    records: u64,
+    uncompressed: u64,
+    next_len: usize,
+    age: Duration,
+    max_bytes: u64,
+    max_age: Duration,
+) -> bool {
+    records > 0 && (uncompressed + next_len as u64 + 4 > max_bytes || age >= max_age)
+}
+
+/// Finishes segments and stores them (the storage retries transient failures itself), then
+/// removes the spool file.
+pub(super) fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
+    for job in jobs {
+        let path = job.writer.path().to_path_buf();
+        let result = job.writer.finish().and_then(|finished| {
+            log::debug!(
+                "segment {}: {} records, {} bytes ({} uncompressed)",
+                job.key,
+                finished.record_count,
+                finished.size_bytes,
+                finished.uncompressed_bytes
+            );
+            // Object stores retry transient failures themselves (storage::retry).
+            storage.put_file_owned(&job.key, &finished.path)?;
+            job.metrics.segments_written.inc();
+            job.metrics.segments_bytes.add(finished.size_bytes);
+            log::trace!(
+                "segment {} stored: sha256 {}, timestamps {:?}..{:?}",
+                job.key,
+                finished.checksum,
+                finished.first_timestamp,
+                finished.last_timestamp
+            );
+            Ok(SegmentMetadata::from_finished(
+                job.key.clone(),
+                job.sequence,
+                &finished,
+            ))
+        });
+        // The storage may have taken the file over; otherwise it is removed here.
+        let _ = std::fs::remove_file(&path);
+        let _ = job.reply.send(result);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_rotation_rules() {
+        let hour = Duration::from_secs(3600);
+        let ms = Duration::from_millis;
+        // An empty segment always takes the record, however large.
+        assert!(!segment_full(0, 0, 10_000, hour, 100, ms(1)));
+        // Size: the record fits exactly (prefix included), or would overflow.
+        assert!(!segment_full(1, 50, 46, ms(0), 100, hour));
+        assert!(segment_full(1, 50, 47, ms(0), 100, hour));
+        // Age.
+        assert!(!segment_full(3, 10, 1, ms(999), 1_000_000, ms(1000)));
+        assert!(segment_full(3, 10, 1, ms(1000), 1_000_000, ms(1000)));
+    }
+}
