@@ -1,0 +1,120 @@
+//! `backup` (SPEC.md "backup"): segment rotation, compression, requeue strategy, concurrency
+//! and checkpoint cadence of a backup run, with their defaults and range checks.
+
+use serde::{Deserialize, Serialize};
+
+use super::validate::{check_positive, config_err};
+use crate::error::Result;
+
+/// `backup.compression` (SPEC.md): `zstd` (default), `lz4` or `none`. The segment module has
+/// its own `Compression`; the caller maps this onto it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompressionKind {
+    #[default]
+    Zstd,
+    Lz4,
+    None,
+}
+
+impl CompressionKind {
+    /// The lowercase name (`zstd`, `lz4`, `none`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompressionKind::Zstd => "zstd",
+            CompressionKind::Lz4 => "lz4",
+            CompressionKind::None => "none",
+        }
+    }
+}
+
+/// `backup.requeue_strategy` (SPEC.md "Requeue strategies"): how messages read without
+/// acknowledgement are handed back to the broker. Default `cancel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequeueStrategy {
+    /// basic.consume, then basic.cancel: the broker requeues every unacked message.
+    #[default]
+    Cancel,
+    /// basic.get + basic.nack(requeue=true) per message.
+    Nack,
+    /// basic.reject(requeue=true) per message.
+    Reject,
+    /// basic.get (pull) one at a time, then nack.
+    Get,
+}
+
+/// `backup` options (SPEC.md "backup"); every field optional with the default shown.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackupOptions {
+    /// Maximum uncompressed segment size in bytes before rotation; default 134217728; > 0.
+    pub segment_max_bytes: u64,
+    /// Maximum milliseconds before segment rotation; default 60000; > 0.
+    pub segment_max_interval_ms: u64,
+    /// Segment compression; default zstd.
+    pub compression: CompressionKind,
+    /// zstd level 1..=22, default 3; ignored for lz4 and none.
+    pub compression_level: i32,
+    /// AMQP QoS prefetch count (SPEC.md default 100; 0 = unlimited). `None` when the file does
+    /// not set it. Not used by a one-shot backup of classic and quorum queues, which must hold
+    /// a queue's whole depth unacknowledged: each consumer's prefetch is sized to what it must
+    /// hold (see `reader`), and the backup warns when the field is set.
+    pub prefetch_count: Option<u16>,
+    /// Default cancel.
+    pub requeue_strategy: RequeueStrategy,
+    /// Queues backed up in parallel (one AMQP connection each); default 4; >= 1.
+    pub max_concurrent_queues: usize,
+    /// Seconds between checkpoint writes; default 5; >= 1.
+    pub checkpoint_interval_secs: u64,
+    /// Seconds between checkpoint syncs to remote storage; default 30; >= 1.
+    pub sync_interval_secs: u64,
+    /// Export definitions; default true.
+    pub include_definitions: bool,
+    /// One-shot backup of the depth present at start; default true (false = continuous, not
+    /// supported yet).
+    pub stop_at_current_depth: bool,
+    /// Native stream protocol for stream queues; default false (true not supported yet).
+    pub stream_enabled: bool,
+}
+
+impl Default for BackupOptions {
+    fn default() -> Self {
+        BackupOptions {
+            segment_max_bytes: 134_217_728,
+            segment_max_interval_ms: 60_000,
+            compression: CompressionKind::Zstd,
+            compression_level: 3,
+            prefetch_count: None,
+            requeue_strategy: RequeueStrategy::Cancel,
+            max_concurrent_queues: 4,
+            checkpoint_interval_secs: 5,
+            sync_interval_secs: 30,
+            include_definitions: true,
+            stop_at_current_depth: true,
+            stream_enabled: false,
+        }
+    }
+}
+
+pub(super) fn validate_backup_options(b: &BackupOptions) -> Result<()> {
+    check_positive(b.segment_max_bytes, "backup.segment_max_bytes")?;
+    check_positive(b.segment_max_interval_ms, "backup.segment_max_interval_ms")?;
+    if b.compression == CompressionKind::Zstd && !(1..=22).contains(&b.compression_level) {
+        return Err(config_err(format!(
+            "backup.compression_level must be between 1 and 22 for zstd, got {}",
+            b.compression_level
+        )));
+    }
+    if b.max_concurrent_queues == 0 {
+        return Err(config_err(
+            "backup.max_concurrent_queues must be at least 1",
+        ));
+    }
+    check_positive(
+        b.checkpoint_interval_secs,
+        "backup.checkpoint_interval_secs",
+    )?;
+    check_positive(b.sync_interval_secs, "backup.sync_interval_secs")?;
+    Ok(())
+}

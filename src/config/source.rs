@@ -1,0 +1,110 @@
+//! `source` (SPEC.md "source"): the broker a backup reads from, its TLS settings and the
+//! queue selection (matched in `crate::selection`). Parsing and field checks only.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::validate::{check_non_empty, check_scheme, config_err};
+use super::{redact_url, Secret};
+use crate::broker::QueueType;
+use crate::error::Result;
+
+/// `source`: the broker a backup reads from (SPEC.md "source").
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// `amqp://user:password@host:port/vhost` (vhost `/` written `%2f`); `amqps://` for TLS.
+    /// Supports `${ENV_VAR}` interpolation.
+    pub amqp_url: String,
+    /// Base URL of the management HTTP API, `http://` or `https://`.
+    pub management_url: String,
+    /// Management API user name.
+    pub management_username: String,
+    /// Management API password; supports `${ENV_VAR}` interpolation.
+    pub management_password: Secret,
+    /// Stream protocol port, default 5552; used only when `backup.stream_enabled` is true.
+    #[serde(default = "default_stream_port")]
+    pub stream_port: u16,
+    /// TLS for AMQP and stream connections (not supported yet when enabled).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// Queue selection; `None` selects every queue (see `crate::selection`).
+    #[serde(default)]
+    pub queues: Option<QueueSelection>,
+}
+
+fn default_stream_port() -> u16 {
+    5552
+}
+
+impl fmt::Debug for SourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourceConfig")
+            .field("amqp_url", &redact_url(&self.amqp_url))
+            .field("management_url", &redact_url(&self.management_url))
+            .field("management_username", &self.management_username)
+            .field("management_password", &self.management_password)
+            .field("stream_port", &self.stream_port)
+            .field("tls", &self.tls)
+            .field("queues", &self.queues)
+            .finish()
+    }
+}
+
+/// `source.tls` (SPEC.md): TLS for AMQP and stream connections.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Enable TLS, default false.
+    pub enabled: bool,
+    /// CA certificate PEM file.
+    pub ca_cert: Option<PathBuf>,
+    /// Client certificate PEM file (mutual TLS); requires `client_key`.
+    pub client_cert: Option<PathBuf>,
+    /// Client private key PEM file (mutual TLS); requires `client_cert`.
+    pub client_key: Option<PathBuf>,
+}
+
+/// `source.queues` (SPEC.md): which queues a backup reads. The matching logic is in
+/// `crate::selection`. Every field defaults to "no restriction".
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueSelection {
+    /// Glob patterns (`*`, `?`, case-sensitive) of queue names to include; empty = all.
+    pub include: Vec<String>,
+    /// Glob patterns of queue names to exclude; applied after include.
+    pub exclude: Vec<String>,
+    /// Vhosts to include (exact names); empty = all.
+    pub vhosts: Vec<String>,
+    /// Queue types to include (`classic`, `quorum`, `stream`); empty = all.
+    pub types: Vec<QueueType>,
+    /// Queues holding fewer messages than this are skipped; default 0.
+    pub min_messages: u64,
+}
+
+pub(super) fn validate_source(source: &SourceConfig) -> Result<()> {
+    check_scheme(
+        &source.amqp_url,
+        "source.amqp_url",
+        &["amqp://", "amqps://"],
+    )?;
+    check_scheme(
+        &source.management_url,
+        "source.management_url",
+        &["http://", "https://"],
+    )?;
+    check_non_empty(&source.management_username, "source.management_username")?;
+    if source.stream_port == 0 {
+        return Err(config_err("source.stream_port must be between 1 and 65535"));
+    }
+    if let Some(tls) = &source.tls {
+        if tls.client_cert.is_some() != tls.client_key.is_some() {
+            return Err(config_err(
+                "source.tls.client_cert and source.tls.client_key must be given together",
+            ));
+        }
+    }
+    Ok(())
+}
