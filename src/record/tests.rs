@@ -1,0 +1,773 @@
+use super::*;
+use crate::error::Error;
+
+/// splitmix64: small deterministic PRNG for generated cases.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, pct: u64) -> bool {
+        self.below(100) < pct
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+    fn string(&mut self) -> String {
+        const POOL: &[char] = &[
+            'a',
+            'Z',
+            '0',
+            ' ',
+            '"',
+            '\\',
+            '/',
+            '\u{0}',
+            '\u{1}',
+            '\u{8}',
+            '\u{c}',
+            '\n',
+            '\r',
+            '\t',
+            '\u{1f}',
+            '\u{7f}',
+            '\u{80}',
+            '\u{9f}',
+            'é',
+            'ß',
+            '中',
+            '文',
+            '🎉',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{feff}',
+            '\u{ffff}',
+            '\u{10ffff}',
+            '<',
+            '>',
+            '&',
+            '\'',
+            '%',
+            '.',
+            '{',
+            '}',
+            '[',
+            ']',
+            ',',
+            ':',
+        ];
+        let len = match self.below(10) {
+            0 => 0,
+            1..=7 => self.below(12) as usize,
+            _ => self.below(300) as usize,
+        };
+        (0..len)
+            .map(|_| POOL[self.below(POOL.len() as u64) as usize])
+            .collect()
+    }
+    fn opt_string(&mut self) -> Option<String> {
+        if self.chance(40) {
+            None
+        } else {
+            Some(self.string())
+        }
+    }
+    fn f64_finite(&mut self) -> f64 {
+        loop {
+            let f = f64::from_bits(self.next());
+            if f.is_finite() {
+                return f;
+            }
+        }
+    }
+    fn f32_finite(&mut self) -> f32 {
+        loop {
+            let f = f32::from_bits(self.next() as u32);
+            if f.is_finite() {
+                return f;
+            }
+        }
+    }
+    fn header_value(&mut self, depth: u32) -> BackupHeaderValue {
+        let kinds = if depth >= 3 { 19 } else { 21 };
+        match self.below(kinds) {
+            0 => BackupHeaderValue::LongString(self.string()),
+            1 => {
+                let n = 1 + self.below(20) as usize;
+                let mut b = self.bytes(n);
+                b[0] = 0xff; // never valid UTF-8
+                BackupHeaderValue::LongStringBytes(b)
+            }
+            2 => BackupHeaderValue::ShortString(self.string()),
+            3 => BackupHeaderValue::Long(self.next() as i64),
+            4 => BackupHeaderValue::Short(self.next() as i16),
+            5 => BackupHeaderValue::ShortShortInt(self.next() as i8),
+            6 => BackupHeaderValue::ShortShortUInt(self.next() as u8),
+            7 => BackupHeaderValue::ShortInt(self.next() as i16),
+            8 => BackupHeaderValue::ShortUInt(self.next() as u16),
+            9 => BackupHeaderValue::LongInt(self.next() as i32),
+            10 => BackupHeaderValue::LongUInt(self.next() as u32),
+            11 => BackupHeaderValue::LongLongInt(self.next() as i64),
+            12 => BackupHeaderValue::Bool(self.chance(50)),
+            13 => {
+                let n = self.below(40) as usize;
+                BackupHeaderValue::Bytes(self.bytes(n))
+            }
+            14 => BackupHeaderValue::Timestamp(self.next()),
+            15 => BackupHeaderValue::Float(self.f32_finite()),
+            16 => BackupHeaderValue::Double(self.f64_finite()),
+            17 => BackupHeaderValue::Decimal {
+                scale: self.next() as u8,
+                value: self.next() as u32,
+            },
+            18 => BackupHeaderValue::Void,
+            19 => BackupHeaderValue::Table(self.table(depth + 1)),
+            _ => {
+                let n = self.below(5) as usize;
+                BackupHeaderValue::Array((0..n).map(|_| self.header_value(depth + 1)).collect())
+            }
+        }
+    }
+    fn table(&mut self, depth: u32) -> HeaderTable {
+        let n = self.below(if depth == 0 { 25 } else { 5 }) as usize;
+        (0..n)
+            .map(|_| (self.string(), self.header_value(depth)))
+            .collect()
+    }
+    fn record(&mut self) -> BackupRecord {
+        let body_len = match self.below(10) {
+            0 => 0,
+            1 => 1,
+            2..=7 => self.below(300) as usize,
+            8 => self.below(5000) as usize,
+            _ => 65536,
+        };
+        BackupRecord {
+            body: self.bytes(body_len),
+            properties: BackupProperties {
+                content_type: self.opt_string(),
+                content_encoding: self.opt_string(),
+                delivery_mode: self.chance(50).then(|| self.next() as u8),
+                priority: self.chance(50).then(|| self.next() as u8),
+                correlation_id: self.opt_string(),
+                reply_to: self.opt_string(),
+                expiration: self.opt_string(),
+                message_id: self.opt_string(),
+                timestamp: self.chance(50).then(|| self.next() as i64),
+                type_field: self.opt_string(),
+                user_id: self.opt_string(),
+                app_id: self.opt_string(),
+                cluster_id: self.opt_string(),
+            },
+            headers: self.table(0),
+            exchange: self.string(),
+            routing_key: self.string(),
+            delivery_tag: self.next(),
+            redelivered: self.chance(50),
+            backed_up_at: self.next() as i64,
+            source_queue: self.string(),
+            source_vhost: self.string(),
+        }
+    }
+}
+
+fn encode(rec: &BackupRecord) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_record(rec, &mut out);
+    out
+}
+
+fn sample_record() -> BackupRecord {
+    BackupRecord {
+        body: b"hi".to_vec(),
+        properties: BackupProperties {
+            content_type: Some("text/plain".into()),
+            delivery_mode: Some(2),
+            timestamp: Some(1_700_000_000),
+            type_field: Some("t".into()),
+            ..Default::default()
+        },
+        headers: vec![
+            ("x-count".into(), BackupHeaderValue::LongInt(3)),
+            ("flag".into(), BackupHeaderValue::Void),
+            (
+                "d".into(),
+                BackupHeaderValue::Decimal {
+                    scale: 2,
+                    value: 314,
+                },
+            ),
+        ],
+        exchange: "ex".into(),
+        routing_key: "rk".into(),
+        delivery_tag: 1,
+        redelivered: false,
+        backed_up_at: 1_700_000_000_000,
+        source_queue: "q".into(),
+        source_vhost: "/".into(),
+    }
+}
+
+#[test]
+fn json_shape_is_exactly_spec() {
+    let json = String::from_utf8(encode(&sample_record())).unwrap();
+    assert_eq!(
+        json,
+        concat!(
+            r#"{"body":[104,105],"properties":{"content_type":"text/plain","#,
+            r#""content_encoding":null,"delivery_mode":2,"priority":null,"#,
+            r#""correlation_id":null,"reply_to":null,"expiration":null,"message_id":null,"#,
+            r#""timestamp":1700000000,"type_field":"t","user_id":null,"app_id":null,"#,
+            r#""cluster_id":null},"headers":[["x-count",{"LongInt":3}],["flag","Void"],"#,
+            r#"["d",{"Decimal":{"scale":2,"value":314}}]],"exchange":"ex","routing_key":"rk","#,
+            r#""delivery_tag":1,"redelivered":false,"backed_up_at":1700000000000,"#,
+            r#""source_queue":"q","source_vhost":"/"}"#
+        )
+    );
+    let mut empty = sample_record();
+    empty.body.clear();
+    let json = String::from_utf8(encode(&empty)).unwrap();
+    assert!(json.starts_with(r#"{"body":null,"properties":"#), "{json}");
+    assert_eq!(decode_record(json.as_bytes()).unwrap(), empty);
+}
+
+#[test]
+fn every_variant_json_form() {
+    let cases: Vec<(BackupHeaderValue, &str)> = vec![
+        (
+            BackupHeaderValue::LongString("a".into()),
+            r#"{"LongString":"a"}"#,
+        ),
+        (
+            BackupHeaderValue::LongStringBytes(vec![255, 0]),
+            r#"{"LongStringBytes":[255,0]}"#,
+        ),
+        (
+            BackupHeaderValue::ShortString("s".into()),
+            r#"{"ShortString":"s"}"#,
+        ),
+        (BackupHeaderValue::Long(-1), r#"{"Long":-1}"#),
+        (BackupHeaderValue::Short(-2), r#"{"Short":-2}"#),
+        (
+            BackupHeaderValue::ShortShortInt(-3),
+            r#"{"ShortShortInt":-3}"#,
+        ),
+        (
+            BackupHeaderValue::ShortShortUInt(250),
+            r#"{"ShortShortUInt":250}"#,
+        ),
+        (BackupHeaderValue::ShortInt(-4), r#"{"ShortInt":-4}"#),
+        (
+            BackupHeaderValue::ShortUInt(65535),
+            r#"{"ShortUInt":65535}"#,
+        ),
+        (BackupHeaderValue::LongInt(-5), r#"{"LongInt":-5}"#),
+        (
+            BackupHeaderValue::LongUInt(4294967295),
+            r#"{"LongUInt":4294967295}"#,
+        ),
+        (
+            BackupHeaderValue::LongLongInt(i64::MIN),
+            r#"{"LongLongInt":-9223372036854775808}"#,
+        ),
+        (BackupHeaderValue::Bool(true), r#"{"Bool":true}"#),
+        (BackupHeaderValue::Bytes(vec![]), r#"{"Bytes":[]}"#),
+        (
+            BackupHeaderValue::Timestamp(u64::MAX),
+            r#"{"Timestamp":18446744073709551615}"#,
+        ),
+        (BackupHeaderValue::Float(1.5), r#"{"Float":1.5}"#),
+        (BackupHeaderValue::Double(-0.25), r#"{"Double":-0.25}"#),
+        (
+            BackupHeaderValue::Decimal { scale: 1, value: 7 },
+            r#"{"Decimal":{"scale":1,"value":7}}"#,
+        ),
+        (BackupHeaderValue::Void, r#""Void""#),
+        (
+            BackupHeaderValue::Table(vec![("k".into(), BackupHeaderValue::Void)]),
+            r#"{"Table":[["k","Void"]]}"#,
+        ),
+        (
+            BackupHeaderValue::Array(vec![BackupHeaderValue::Bool(false)]),
+            r#"{"Array":[{"Bool":false}]}"#,
+        ),
+    ];
+    for (v, expected) in cases {
+        assert_eq!(serde_json::to_string(&v).unwrap(), expected);
+        let back: BackupHeaderValue = serde_json::from_str(expected).unwrap();
+        assert_eq!(back, v);
+    }
+}
+
+#[test]
+fn non_finite_floats_round_trip() {
+    for (f, text) in [
+        (f64::NAN, r#"{"Double":"NaN"}"#),
+        (f64::INFINITY, r#"{"Double":"Infinity"}"#),
+        (f64::NEG_INFINITY, r#"{"Double":"-Infinity"}"#),
+    ] {
+        let v = BackupHeaderValue::Double(f);
+        assert_eq!(serde_json::to_string(&v).unwrap(), text);
+        let BackupHeaderValue::Double(back) = serde_json::from_str(text).unwrap() else {
+            panic!("wrong variant");
+        };
+        assert_eq!(back.is_nan(), f.is_nan());
+        if !f.is_nan() {
+            assert_eq!(back, f);
+        }
+        let v32 = BackupHeaderValue::Float(f as f32);
+        let t32 = serde_json::to_string(&v32).unwrap();
+        let BackupHeaderValue::Float(b32) = serde_json::from_str(&t32).unwrap() else {
+            panic!("wrong variant");
+        };
+        assert_eq!(b32.is_nan(), f.is_nan());
+        if !f.is_nan() {
+            assert_eq!(b32, f as f32);
+        }
+    }
+    // Written by a tool that let serde_json turn NaN into null.
+    let v: BackupHeaderValue = serde_json::from_str(r#"{"Double":null}"#).unwrap();
+    assert!(matches!(v, BackupHeaderValue::Double(f) if f.is_nan()));
+    let v: BackupHeaderValue = serde_json::from_str(r#"{"Float":3}"#).unwrap();
+    assert_eq!(v, BackupHeaderValue::Float(3.0));
+    assert!(serde_json::from_str::<BackupHeaderValue>(r#"{"Double":"nan"}"#).is_err());
+}
+
+#[test]
+fn floats_are_bit_exact() {
+    let mut rng = Rng(7);
+    for _ in 0..20_000 {
+        let d = rng.f64_finite();
+        let f = rng.f32_finite();
+        let vals = vec![
+            ("d".to_string(), BackupHeaderValue::Double(d)),
+            ("f".to_string(), BackupHeaderValue::Float(f)),
+        ];
+        let text = serde_json::to_vec(&vals).unwrap();
+        let back: HeaderTable = serde_json::from_slice(&text).unwrap();
+        match (&back[0].1, &back[1].1) {
+            (BackupHeaderValue::Double(d2), BackupHeaderValue::Float(f2)) => {
+                assert_eq!(
+                    d2.to_bits(),
+                    d.to_bits(),
+                    "double {d:e}: needs serde_json's float_roundtrip feature"
+                );
+                assert_eq!(f2.to_bits(), f.to_bits(), "float {f:e}");
+            }
+            other => panic!("wrong variants {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn encode_is_identical_to_serde_json_and_decodes_back() {
+    let mut rng = Rng(0xC0DEC);
+    let mut buf = Vec::new();
+    for n in 0..1500 {
+        let rec = rng.record();
+        buf.clear();
+        encode_record(&rec, &mut buf);
+        let reference = serde_json::to_vec(&rec).unwrap();
+        assert!(buf == reference, "record {n} differs from serde_json");
+        let back = decode_record(&buf).unwrap();
+        assert_eq!(back, rec, "record {n}");
+        // The generic derived path agrees too.
+        assert_eq!(serde_json::from_slice::<BackupRecord>(&buf).unwrap(), rec);
+    }
+}
+
+#[test]
+fn encode_appends_to_existing_buffer() {
+    let rec = sample_record();
+    let mut out = b"prefix".to_vec();
+    encode_record(&rec, &mut out);
+    assert_eq!(&out[..6], b"prefix");
+    assert_eq!(&out[6..], &serde_json::to_vec(&rec).unwrap()[..]);
+}
+
+#[test]
+fn every_byte_value_encodes_and_decodes() {
+    let mut rec = sample_record();
+    rec.body = (0..=255u8).chain((0..=255u8).rev()).collect();
+    let json = encode(&rec);
+    assert_eq!(json, serde_json::to_vec(&rec).unwrap());
+    assert_eq!(decode_record(&json).unwrap(), rec);
+    // Bodies whose last numbers fall in the slow tail path.
+    for len in 1..8 {
+        for v in [0u8, 9, 10, 99, 100, 255] {
+            rec.body = vec![v; len];
+            let json = encode(&rec);
+            assert_eq!(decode_record(&json).unwrap(), rec);
+        }
+    }
+}
+
+/// Moves `"body":...` from the front of compact output to the end.
+fn body_last(json: &[u8]) -> Vec<u8> {
+    let s = std::str::from_utf8(json).unwrap();
+    let after = s.find(",\"properties\"").unwrap();
+    let body = &s[1..after];
+    format!("{{{},{}}}", &s[after + 1..s.len() - 1], body).into_bytes()
+}
+
+#[test]
+fn decode_accepts_other_layouts() {
+    let mut rng = Rng(42);
+    for n in 0..300 {
+        let rec = rng.record();
+        let compact = serde_json::to_vec(&rec).unwrap();
+        let pretty = serde_json::to_vec_pretty(&rec).unwrap();
+        assert_eq!(decode_record(&pretty).unwrap(), rec, "pretty {n}");
+        // serde_json::Value sorts keys: body comes second.
+        let value: serde_json::Value = serde_json::from_slice(&compact).unwrap();
+        let sorted = serde_json::to_vec(&value).unwrap();
+        assert_eq!(decode_record(&sorted).unwrap(), rec, "sorted {n}");
+        let last = body_last(&compact);
+        assert_eq!(decode_record(&last).unwrap(), rec, "body last {n}");
+    }
+    let spaced = b" \n{ \"body\" :\t[ 1 ,2,\r\n 255 ] , \"properties\":{},\"headers\":[],\"exchange\":\"\",\"routing_key\":\"\",\"delivery_tag\":0,\"redelivered\":true,\"backed_up_at\":-5,\"source_queue\":\"q\",\"source_vhost\":\"v\"}\n ";
+    let rec = decode_record(spaced).unwrap();
+    assert_eq!(rec.body, vec![1, 2, 255]);
+    assert_eq!(rec.properties, BackupProperties::default());
+    assert_eq!(rec.backed_up_at, -5);
+    let empty_array = b"{\"body\":[],\"properties\":{},\"headers\":[],\"exchange\":\"\",\"routing_key\":\"\",\"delivery_tag\":0,\"redelivered\":true,\"backed_up_at\":0,\"source_queue\":\"q\",\"source_vhost\":\"v\"}";
+    assert!(decode_record(empty_array).unwrap().body.is_empty());
+}
+
+#[test]
+fn decode_rejects_what_serde_json_rejects() {
+    let base = serde_json::to_string(&sample_record()).unwrap();
+    let bodies = [
+        "[256]",
+        "[01]",
+        "[-0]",
+        "[-1]",
+        "[1.0]",
+        "[1e2]",
+        "[1,]",
+        "[,1]",
+        "[1 2]",
+        "[1",
+        "[1000]",
+        "[2550]",
+        "[ 7 ]",
+        "[0,0,0]",
+        "nul",
+        "true",
+        "\"ab\"",
+        "[1]x",
+        "{}",
+        "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,300]",
+        "[00]",
+        "[0]",
+    ];
+    for body in bodies {
+        let json = base.replacen("[104,105]", body, 1);
+        let ours = decode_record(json.as_bytes());
+        let reference = serde_json::from_str::<BackupRecord>(&json);
+        assert_eq!(
+            ours.is_ok(),
+            reference.is_ok(),
+            "body {body}: ours {ours:?} vs serde_json {reference:?}"
+        );
+        if let (Ok(a), Ok(b)) = (&ours, &reference) {
+            assert_eq!(a, b);
+        }
+        if let Err(e) = ours {
+            assert!(matches!(e, Error::Serialization(_)), "{e:?}");
+            assert!(e
+                .to_string()
+                .starts_with("Serialization error: Invalid backup record: "));
+        }
+    }
+    let dup = base.replacen("\"properties\"", "\"body\":[1],\"properties\"", 1);
+    assert!(decode_record(dup.as_bytes()).is_err());
+    for bad in [
+        "",
+        "{",
+        "[]",
+        "null",
+        "{\"body\":null}",
+        &base[..base.len() - 1],
+    ] {
+        assert!(decode_record(bad.as_bytes()).is_err(), "{bad}");
+    }
+    let trailing = format!("{base} x");
+    assert!(decode_record(trailing.as_bytes()).is_err());
+    // A key spelled with an escape still works through the fallback.
+    let escaped = base.replacen("\"body\"", "\"b\\u006fdy\"", 1);
+    assert_eq!(decode_record(escaped.as_bytes()).unwrap(), sample_record());
+}
+
+/// Differential test: mutate the body text of valid records (digits, separators, signs,
+/// whitespace, brackets) and check that decode_record accepts exactly what serde_json
+/// accepts, with the same result. Long bodies exercise both halves of the split parser.
+#[test]
+fn mutated_bodies_agree_with_serde_json() {
+    const ALPHABET: &[u8] = b"0123456789012345678901234567890123456789,,,,,, \n\t]-.e[\"x";
+    let mut rng = Rng(0xF022);
+    let mut accepted = 0;
+    for n in 0..4000 {
+        let mut rec = sample_record();
+        let len = match n % 4 {
+            0 => rng.below(8) as usize,
+            1 => 20 + rng.below(40) as usize,
+            _ => 100 + rng.below(400) as usize,
+        };
+        rec.body = rng.bytes(len);
+        let mut json = encode(&rec);
+        let body_end = json.iter().position(|&c| c == b']').unwrap_or(12);
+        let mutations = 1 + rng.below(3);
+        for _ in 0..mutations {
+            let pos = 8 + rng.below((body_end - 8 + 2) as u64) as usize;
+            let c = ALPHABET[rng.below(ALPHABET.len() as u64) as usize];
+            match rng.below(3) {
+                0 => json[pos] = c,
+                1 => json.insert(pos, c),
+                _ => {
+                    json.remove(pos);
+                }
+            }
+        }
+        let ours = decode_record(&json);
+        let reference = serde_json::from_slice::<BackupRecord>(&json);
+        match (&ours, &reference) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a, b, "case {n}: {}", String::from_utf8_lossy(&json));
+                accepted += 1;
+            }
+            (Err(_), Err(_)) => {}
+            _ => panic!(
+                "case {n}: ours {:?} vs serde_json {:?} for {}",
+                ours.is_ok(),
+                reference.is_ok(),
+                String::from_utf8_lossy(&json)
+            ),
+        }
+    }
+    assert!(
+        accepted > 200,
+        "mutations should leave some valid records: {accepted}"
+    );
+}
+
+#[test]
+fn long_bodies_with_whitespace_or_errors_in_either_half() {
+    let mut rec = sample_record();
+    rec.body = (0..400u32).map(|i| (i * 37 % 256) as u8).collect();
+    let compact = String::from_utf8(encode(&rec)).unwrap();
+    let items: Vec<String> = rec.body.iter().map(|b| b.to_string()).collect();
+    for at in [0usize, 1, 150, 199, 200, 201, 350, 399] {
+        // Whitespace at one place in the array: valid, general path.
+        let mut spaced = items.clone();
+        spaced[at] = format!(" {}\n", spaced[at]);
+        let json = compact.replacen(&items.join(","), &spaced.join(","), 1);
+        assert_eq!(
+            decode_record(json.as_bytes()).unwrap(),
+            rec,
+            "space at {at}"
+        );
+        // Invalid numbers at one place: rejected, as serde_json does.
+        for bad in ["256", "01", "-1", "1.5", "", "1e1", "999", "2555"] {
+            let mut broken = items.clone();
+            broken[at] = bad.to_string();
+            let json = compact.replacen(&items.join(","), &broken.join(","), 1);
+            assert!(decode_record(json.as_bytes()).is_err(), "{bad} at {at}");
+            assert!(serde_json::from_str::<BackupRecord>(&json).is_err());
+        }
+    }
+}
+
+fn delivery_with(headers: Option<FieldTable>, body: Vec<u8>) -> Delivery {
+    Delivery {
+        delivery_tag: 9,
+        redelivered: true,
+        exchange: "amq.topic".into(),
+        routing_key: "a.b".into(),
+        properties: BasicProperties {
+            content_type: Some("application/json".into()),
+            content_encoding: Some("gzip".into()),
+            headers,
+            delivery_mode: Some(2),
+            priority: Some(7),
+            correlation_id: Some("c".into()),
+            reply_to: Some("r".into()),
+            expiration: Some("60000".into()),
+            message_id: Some("m".into()),
+            timestamp: Some(u64::MAX - 1),
+            kind: Some("k".into()),
+            user_id: Some("guest".into()),
+            app_id: Some("app".into()),
+            cluster_id: Some("cl".into()),
+        },
+        body,
+    }
+}
+
+fn all_wire_values() -> FieldTable {
+    vec![
+        ("t".into(), FieldValue::Bool(true)),
+        ("b".into(), FieldValue::I8(-8)),
+        ("B".into(), FieldValue::U8(200)),
+        ("s".into(), FieldValue::I16(-16)),
+        ("u".into(), FieldValue::U16(60000)),
+        ("I".into(), FieldValue::I32(-32)),
+        ("i".into(), FieldValue::U32(4_000_000_000)),
+        ("l".into(), FieldValue::I64(-64)),
+        ("f".into(), FieldValue::F32(1.25)),
+        ("d".into(), FieldValue::F64(-2.5e300)),
+        (
+            "D".into(),
+            FieldValue::Decimal {
+                scale: 3,
+                value: 12345,
+            },
+        ),
+        ("S".into(), FieldValue::LongString(b"caf\xc3\xa9".to_vec())),
+        ("S-bin".into(), FieldValue::LongString(vec![0xff, 0xfe, 0])),
+        (
+            "A".into(),
+            FieldValue::Array(vec![FieldValue::Void, FieldValue::I32(1)]),
+        ),
+        ("T".into(), FieldValue::Timestamp(1_700_000_000)),
+        (
+            "F".into(),
+            FieldValue::Table(vec![(
+                "inner".into(),
+                FieldValue::Table(vec![("x".into(), FieldValue::Bytes(vec![1, 2]))]),
+            )]),
+        ),
+        ("V".into(), FieldValue::Void),
+        ("x".into(), FieldValue::Bytes(vec![0, 255])),
+    ]
+}
+
+#[test]
+fn wire_to_record_keeps_types_and_back() {
+    let table = all_wire_values();
+    let body = vec![1u8, 2, 3];
+    let body_ptr = body.as_ptr();
+    let d = delivery_with(Some(table.clone()), body);
+    let original_props = d.properties.clone();
+    let rec = BackupRecord::from_delivery(d, "q1", "/", 123);
+    assert_eq!(rec.body.as_ptr(), body_ptr, "body moved, not copied");
+    assert_eq!(rec.body(), &[1, 2, 3]);
+    assert_eq!(rec.source_queue, "q1");
+    assert_eq!(rec.source_vhost, "/");
+    assert_eq!(rec.backed_up_at, 123);
+    assert_eq!(rec.delivery_tag, 9);
+    assert!(rec.redelivered);
+    assert_eq!(rec.exchange, "amq.topic");
+    assert_eq!(rec.routing_key, "a.b");
+    assert_eq!(rec.properties.type_field.as_deref(), Some("k"));
+    assert_eq!(rec.properties.timestamp, Some((u64::MAX - 1) as i64));
+    let kinds: Vec<&str> = rec
+        .headers
+        .iter()
+        .map(|(_, v)| match v {
+            BackupHeaderValue::Bool(_) => "Bool",
+            BackupHeaderValue::ShortShortInt(_) => "ShortShortInt",
+            BackupHeaderValue::ShortShortUInt(_) => "ShortShortUInt",
+            BackupHeaderValue::ShortInt(_) => "ShortInt",
+            BackupHeaderValue::ShortUInt(_) => "ShortUInt",
+            BackupHeaderValue::LongInt(_) => "LongInt",
+            BackupHeaderValue::LongUInt(_) => "LongUInt",
+            BackupHeaderValue::LongLongInt(_) => "LongLongInt",
+            BackupHeaderValue::Float(_) => "Float",
+            BackupHeaderValue::Double(_) => "Double",
+            BackupHeaderValue::Decimal { .. } => "Decimal",
+            BackupHeaderValue::LongString(_) => "LongString",
+            BackupHeaderValue::LongStringBytes(_) => "LongStringBytes",
+            BackupHeaderValue::Array(_) => "Array",
+            BackupHeaderValue::Timestamp(_) => "Timestamp",
+            BackupHeaderValue::Table(_) => "Table",
+            BackupHeaderValue::Void => "Void",
+            BackupHeaderValue::Bytes(_) => "Bytes",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Bool",
+            "ShortShortInt",
+            "ShortShortUInt",
+            "ShortInt",
+            "ShortUInt",
+            "LongInt",
+            "LongUInt",
+            "LongLongInt",
+            "Float",
+            "Double",
+            "Decimal",
+            "LongString",
+            "LongStringBytes",
+            "Array",
+            "Timestamp",
+            "Table",
+            "Void",
+            "Bytes"
+        ]
+    );
+    assert_eq!(
+        rec.headers[11].1,
+        BackupHeaderValue::LongString("café".into())
+    );
+    // Back to the wire: identical properties, through JSON too.
+    assert_eq!(rec.to_amqp(), original_props);
+    let decoded = decode_record(&encode(&rec)).unwrap();
+    assert_eq!(decoded.to_amqp(), original_props);
+    let (props, body) = decoded.into_amqp();
+    assert_eq!(props, original_props);
+    assert_eq!(body, vec![1, 2, 3]);
+}
+
+#[test]
+fn other_tool_variants_map_to_wire() {
+    let cases = [
+        (
+            BackupHeaderValue::ShortString("s".into()),
+            FieldValue::LongString(b"s".to_vec()),
+        ),
+        (BackupHeaderValue::Long(5), FieldValue::I64(5)),
+        (BackupHeaderValue::Short(-5), FieldValue::I16(-5)),
+    ];
+    for (v, wire) in cases {
+        assert_eq!(v.to_field_value(), wire);
+        assert_eq!(FieldValue::from(v), wire);
+    }
+}
+
+#[test]
+fn absent_and_empty_headers_restore_as_absent() {
+    for headers in [None, Some(Vec::new())] {
+        let d = delivery_with(headers, Vec::new());
+        let rec = BackupRecord::from_delivery(d, "q", "v", 0);
+        assert!(rec.headers.is_empty());
+        assert!(rec.body.is_empty());
+        assert_eq!(rec.to_amqp().headers, None);
+    }
+    let p = BasicProperties {
+        headers: Some(vec![("a".into(), FieldValue::Void)]),
+        ..Default::default()
+    };
+    let d = Delivery {
+        delivery_tag: 1,
+        redelivered: false,
+        exchange: String::new(),
+        routing_key: String::new(),
+        properties: p.clone(),
+        body: vec![],
+    };
+    let rec = BackupRecord::from_delivery(d, "q", "v", 0);
+    let json = encode(&rec);
+    assert!(json.starts_with(b"{\"body\":null,"));
+    assert_eq!(decode_record(&json).unwrap().to_amqp(), p);
+}

@@ -1,0 +1,347 @@
+//! [`SegmentReader`]: verifies a local segment file (magic, version, compression, size, end
+//! magic, CRC32) before handing out its records, which [`Records`] decompresses and parses as it
+//! iterates.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom, Take};
+use std::path::{Path, PathBuf};
+
+use super::{
+    io_err, ser, Compression, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN, IO_BUF, MAGIC,
+    VERSION,
+};
+use crate::error::{Error, Result};
+
+/// A verified segment file, ready to iterate.
+///
+/// [`SegmentReader::open`] checks, in order: magic, version, compression code, minimum size
+/// (40 bytes), end magic, and the CRC32 over header + payload (one streaming pass). The records
+/// are then read in a second streaming pass by [`SegmentReader::records`].
+pub struct SegmentReader {
+    path: PathBuf,
+    header: SegmentHeader,
+    file: File,
+    payload_len: u64,
+}
+
+impl SegmentReader {
+    /// Opens and verifies the segment at `path`.
+    ///
+    /// Errors (`Error::Serialization` unless noted): `Invalid segment magic bytes`,
+    /// `Unsupported segment version: {n}`, `Unknown segment compression code: {n}`,
+    /// `Segment file too short: {n} bytes, a segment has at least 40`,
+    /// `Invalid segment end magic bytes`, `CRC32 mismatch: expected {stored}, got {computed}`;
+    /// `Error::Io` when the file cannot be read.
+    pub fn open(path: &Path) -> Result<SegmentReader> {
+        let mut file = File::open(path).map_err(|e| io_err("Failed to open", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| io_err("Failed to stat", path, e))?
+            .len();
+        let mut h = [0u8; 32];
+        let got = read_full(&mut file, &mut h).map_err(|e| io_err("Failed to read", path, e))?;
+        if got < 4 || &h[0..4] != MAGIC {
+            return Err(ser("Invalid segment magic bytes"));
+        }
+        if got >= 5 && h[4] != VERSION {
+            return Err(ser(format!("Unsupported segment version: {}", h[4])));
+        }
+        let compression = if got >= 6 {
+            Compression::from_code(h[5])
+                .ok_or_else(|| ser(format!("Unknown segment compression code: {}", h[5])))?
+        } else {
+            Compression::None
+        };
+        if len < HEADER_LEN + FOOTER_LEN {
+            return Err(ser(format!(
+                "Segment file too short: {len} bytes, a segment has at least 40"
+            )));
+        }
+        let header = SegmentHeader {
+            version: h[4],
+            compression,
+            record_count: u64::from_le_bytes(le8(&h[8..16])),
+            first_timestamp: i64::from_le_bytes(le8(&h[16..24])),
+            last_timestamp: i64::from_le_bytes(le8(&h[24..32])),
+        };
+        let mut footer = [0u8; 8];
+        file.seek(SeekFrom::Start(len - FOOTER_LEN))
+            .and_then(|_| file.read_exact(&mut footer))
+            .map_err(|e| io_err("Failed to read", path, e))?;
+        if &footer[4..8] != END_MAGIC {
+            return Err(ser("Invalid segment end magic bytes"));
+        }
+        let stored = u32::from_le_bytes([footer[0], footer[1], footer[2], footer[3]]);
+        let computed = crc_of_prefix(&mut file, len - FOOTER_LEN)
+            .map_err(|e| io_err("Failed to read", path, e))?;
+        if stored != computed {
+            return Err(ser(format!(
+                "CRC32 mismatch: expected {stored}, got {computed}"
+            )));
+        }
+        Ok(SegmentReader {
+            path: path.to_path_buf(),
+            header,
+            file,
+            payload_len: len - HEADER_LEN - FOOTER_LEN,
+        })
+    }
+
+    /// The verified header.
+    pub fn header(&self) -> &SegmentHeader {
+        &self.header
+    }
+
+    /// Size in bytes of the compressed payload.
+    pub fn payload_len(&self) -> u64 {
+        self.payload_len
+    }
+
+    /// Iterates the records (raw JSON each), decompressing as it goes. After the last record it
+    /// checks the count against the header (`Expected {n} records but found {m}`; surplus records
+    /// are not handed out) and that the payload ends cleanly (a truncated record or frame is an
+    /// error). After an error the iterator ends.
+    pub fn records(self) -> Records {
+        let SegmentReader {
+            path,
+            header,
+            mut file,
+            payload_len,
+        } = self;
+        let source =
+            file.seek(SeekFrom::Start(HEADER_LEN))
+                .map_err(|e| io_err("Failed to read", &path, e))
+                .and_then(|_| {
+                    let raw = BufReader::with_capacity(IO_BUF, file.take(payload_len));
+                    Ok(match header.compression {
+                        Compression::None => Source::Plain(raw),
+                        Compression::Zstd => {
+                            Source::Zstd(zstd::stream::read::Decoder::with_buffer(raw).map_err(
+                                |e| Error::Compression(format!("Failed to start zstd: {e}")),
+                            )?)
+                        }
+                        Compression::Lz4 => Source::Lz4(lz4::Decoder::new(raw).map_err(|e| {
+                            Error::Compression(format!("Failed to start lz4: {e}"))
+                        })?),
+                    })
+                });
+        let (reader, pending) = match source {
+            Ok(s) => (Some(BufReader::with_capacity(64 * 1024, s)), None),
+            Err(e) => (None, Some(e)),
+        };
+        Records {
+            path,
+            header,
+            reader,
+            pending_error: pending,
+            count: 0,
+            done: false,
+        }
+    }
+}
+
+pub(super) fn le8(b: &[u8]) -> [u8; 8] {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(b);
+    a
+}
+
+/// Reads until `buf` is full or end of file; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+fn crc_of_prefix(file: &mut File, len: u64) -> std::io::Result<u32> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut r = file.take(len);
+    let mut crc = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; IO_BUF];
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        crc.update(&buf[..n]);
+    }
+    Ok(crc.finalize())
+}
+
+type Raw = BufReader<Take<File>>;
+
+enum Source {
+    Plain(Raw),
+    Zstd(zstd::stream::read::Decoder<'static, Raw>),
+    Lz4(lz4::Decoder<Raw>),
+}
+
+impl Read for Source {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Plain(r) => r.read(buf),
+            Source::Zstd(r) => r.read(buf),
+            Source::Lz4(r) => r.read(buf),
+        }
+    }
+}
+
+/// Iterator over the records of a verified segment: raw JSON of each BackupRecord.
+pub struct Records {
+    path: PathBuf,
+    header: SegmentHeader,
+    reader: Option<BufReader<Source>>,
+    pending_error: Option<Error>,
+    count: u64,
+    done: bool,
+}
+
+impl Records {
+    /// The segment header.
+    pub fn header(&self) -> &SegmentHeader {
+        &self.header
+    }
+
+    /// Records handed out so far.
+    pub fn records_read(&self) -> u64 {
+        self.count
+    }
+
+    fn read_error(&self, e: std::io::Error) -> Error {
+        match self.header.compression {
+            Compression::None => io_err("Failed to read", &self.path, e),
+            c => Error::Compression(format!(
+                "Failed to decompress {} segment {}: {e}",
+                c.as_str(),
+                self.path.display()
+            )),
+        }
+    }
+
+    /// Reads the next record; `Ok(None)` at a clean end of the payload.
+    fn read_record(&mut self) -> Result<Option<Vec<u8>>> {
+        let Some(reader) = self.reader.as_mut() else {
+            return Ok(None);
+        };
+        let mut len = [0u8; 4];
+        let got = match read_full(reader, &mut len) {
+            Ok(n) => n,
+            Err(e) => return Err(self.read_error(e)),
+        };
+        if got == 0 {
+            return Ok(None);
+        }
+        if got < 4 {
+            return Err(ser(format!(
+                "Truncated record length prefix after record {}",
+                self.count
+            )));
+        }
+        let len = u64::from(u32::from_le_bytes(len));
+        // Grow as data arrives rather than trusting the length for the allocation.
+        let mut json = Vec::with_capacity(len.min(16 << 20) as usize);
+        if let Err(e) = reader.take(len).read_to_end(&mut json) {
+            return Err(self.read_error(e));
+        }
+        if (json.len() as u64) < len {
+            return Err(ser(format!(
+                "Truncated record {}: expected {len} bytes, got {}",
+                self.count + 1,
+                json.len()
+            )));
+        }
+        Ok(Some(json))
+    }
+
+    /// Checks that the compressed stream ended properly and nothing follows it.
+    fn finish_stream(&mut self) -> Result<()> {
+        let Some(reader) = self.reader.take() else {
+            return Ok(());
+        };
+        let raw = match reader.into_inner() {
+            Source::Plain(_) | Source::Zstd(_) => return Ok(()),
+            Source::Lz4(dec) => {
+                let (raw, res) = dec.finish();
+                if res.is_err() {
+                    return Err(Error::Compression(format!(
+                        "Failed to decompress lz4 segment {}: truncated lz4 frame",
+                        self.path.display()
+                    )));
+                }
+                raw
+            }
+        };
+        let mut raw = raw;
+        let mut probe = [0u8; 1];
+        match raw.read(&mut probe) {
+            Ok(0) => Ok(()),
+            Ok(_) => Err(Error::Compression(format!(
+                "Trailing bytes after the lz4 frame of segment {}",
+                self.path.display()
+            ))),
+            Err(e) => Err(io_err("Failed to read", &self.path, e)),
+        }
+    }
+}
+
+impl Iterator for Records {
+    type Item = Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Result<Vec<u8>>> {
+        if self.done {
+            return None;
+        }
+        if let Some(e) = self.pending_error.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
+        match self.read_record() {
+            Ok(Some(json)) => {
+                if self.count < self.header.record_count {
+                    self.count += 1;
+                    return Some(Ok(json));
+                }
+                // More records than the header says: count them for the message.
+                self.done = true;
+                let mut found = self.count + 1;
+                loop {
+                    match self.read_record() {
+                        Ok(Some(_)) => found += 1,
+                        Ok(None) => break,
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+                Some(Err(ser(format!(
+                    "Expected {} records but found {found}",
+                    self.header.record_count
+                ))))
+            }
+            Ok(None) => {
+                self.done = true;
+                if let Err(e) = self.finish_stream() {
+                    return Some(Err(e));
+                }
+                if self.count != self.header.record_count {
+                    return Some(Err(ser(format!(
+                        "Expected {} records but found {}",
+                        self.header.record_count, self.count
+                    ))));
+                }
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! [`SegmentWriter`]: streams records through the compressor into a local spool file, then
+//! writes the footer and hashes the file, ready to upload. Memory stays flat whatever the
+//! segment size.
+
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use super::{
+    io_err, sha256_file, Compression, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN, VERSION,
+};
+use crate::error::{Error, Result};
+
+/// What [`SegmentWriter::finish`] produced: the spool file, ready to upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedSegment {
+    /// The spool file holding the complete segment.
+    pub path: PathBuf,
+    /// Records written.
+    pub record_count: u64,
+    /// backed_up_at (epoch ms) of the first record, `None` when empty.
+    pub first_timestamp: Option<i64>,
+    /// backed_up_at (epoch ms) of the last record, `None` when empty.
+    pub last_timestamp: Option<i64>,
+    /// Size of the whole file (header + compressed payload + footer), bytes.
+    pub size_bytes: u64,
+    /// Payload bytes before compression, including the 4-byte length prefixes.
+    pub uncompressed_bytes: u64,
+    /// Lowercase SHA-256 hex of the whole file (SPEC.md SegmentMetadata `checksum`).
+    pub checksum: String,
+}
+
+/// Counts and CRCs the bytes written to the spool file after the header.
+struct CrcWriter {
+    file: File,
+    crc: crc32fast::Hasher,
+    bytes: u64,
+}
+
+impl Write for CrcWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+enum Sink {
+    Plain(CrcWriter),
+    Zstd(zstd::stream::write::Encoder<'static, CrcWriter>),
+    Lz4(lz4::Encoder<CrcWriter>),
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::Plain(w) => w.write(buf),
+            Sink::Zstd(w) => w.write(buf),
+            Sink::Lz4(w) => w.write(buf),
+        }
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.write_all(buf),
+            Sink::Zstd(w) => w.write_all(buf),
+            Sink::Lz4(w) => w.write_all(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.flush(),
+            Sink::Zstd(w) => w.flush(),
+            Sink::Lz4(w) => w.flush(),
+        }
+    }
+}
+
+/// Bytes handed to the compressor at a time. zstd compresses large contiguous inputs about a
+/// third faster than 64 KiB pieces (measured at level 3 on record JSON: 135 vs 98 MB/s).
+const COMPRESS_CHUNK: usize = 1 << 20;
+
+/// Streams records into a segment spool file.
+///
+/// `create` writes a 32-byte placeholder header and starts the compressor; `append` adds one
+/// record; `finish` ends the compressed frame, writes the real header and the footer, and
+/// checksums the file. The spool file is not fsynced: it is a local staging copy, and storage
+/// makes the stored segment durable. Dropping a writer without `finish` leaves an incomplete spool file:
+/// call [`SegmentWriter::discard`] to remove it.
+pub struct SegmentWriter {
+    path: PathBuf,
+    compression: Compression,
+    sink: Option<BufWriter<Sink>>,
+    record_count: u64,
+    first_timestamp: Option<i64>,
+    last_timestamp: Option<i64>,
+    uncompressed_bytes: u64,
+}
+
+impl SegmentWriter {
+    /// Creates (truncating) the spool file at `spool_path`. `level` is the zstd level (SPEC.md
+    /// "backup" `compression_level`, 1 to 22); it is ignored for lz4 (fast mode) and none.
+    ///
+    /// Errors: `Error::Io` when the file cannot be created or written, `Error::Compression` when
+    /// the compressor cannot start (for example an invalid level).
+    pub fn create(
+        spool_path: &Path,
+        compression: Compression,
+        level: i32,
+    ) -> Result<SegmentWriter> {
+        let mut file =
+            // create_new: a spool file is never shared; an existing one is a bug, not data to
+            // truncate.
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(spool_path)
+                .map_err(|e| io_err("Failed to create", spool_path, e))?;
+        file.write_all(&[0u8; HEADER_LEN as usize])
+            .map_err(|e| io_err("Failed to write", spool_path, e))?;
+        let crc = CrcWriter {
+            file,
+            crc: crc32fast::Hasher::new(),
+            bytes: 0,
+        };
+        let sink = match compression {
+            Compression::None => Sink::Plain(crc),
+            Compression::Zstd => {
+                Sink::Zstd(zstd::stream::write::Encoder::new(crc, level).map_err(|e| {
+                    Error::Compression(format!("Failed to start zstd level {level}: {e}"))
+                })?)
+            }
+            Compression::Lz4 => Sink::Lz4(
+                lz4::EncoderBuilder::new()
+                    .build(crc)
+                    .map_err(|e| Error::Compression(format!("Failed to start lz4: {e}")))?,
+            ),
+        };
+        Ok(SegmentWriter {
+            path: spool_path.to_path_buf(),
+            compression,
+            sink: Some(BufWriter::with_capacity(COMPRESS_CHUNK, sink)),
+            record_count: 0,
+            first_timestamp: None,
+            last_timestamp: None,
+            uncompressed_bytes: 0,
+        })
+    }
+
+    /// Appends one record: its JSON (one BackupRecord) and its backed_up_at (epoch ms), which
+    /// becomes the header's first/last timestamp.
+    ///
+    /// Errors: `Error::Serialization` when the JSON is 4 GiB or larger (the length prefix is a
+    /// u32), `Error::Io` when writing fails.
+    pub fn append(&mut self, record_json: &[u8], backed_up_at: i64) -> Result<()> {
+        let len = u32::try_from(record_json.len()).map_err(|_| {
+            Error::Serialization(format!(
+                "Record of {} bytes exceeds the 4 GiB record limit",
+                record_json.len()
+            ))
+        })?;
+        let sink = self
+            .sink
+            .as_mut()
+            .ok_or_else(|| Error::Io("Segment writer already failed".into()))?;
+        let res = sink
+            .write_all(&len.to_le_bytes())
+            .and_then(|()| sink.write_all(record_json));
+        if let Err(e) = res {
+            // The frame is now in an unknown state: refuse further use.
+            self.sink = None;
+            return Err(io_err("Failed to write", &self.path, e));
+        }
+        self.record_count += 1;
+        self.first_timestamp.get_or_insert(backed_up_at);
+        self.last_timestamp = Some(backed_up_at);
+        self.uncompressed_bytes += 4 + u64::from(len);
+        Ok(())
+    }
+
+    /// Records appended so far.
+    pub fn record_count(&self) -> u64 {
+        self.record_count
+    }
+
+    /// Payload bytes appended so far before compression, including the 4-byte prefixes (the
+    /// quantity `segment_max_bytes` limits).
+    pub fn uncompressed_bytes(&self) -> u64 {
+        self.uncompressed_bytes
+    }
+
+    /// The spool file path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The compression in use.
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// Ends the compressed frame, writes the header (count, first/last timestamp, 0 when
+    /// empty) and the footer (CRC32 of header + payload, `KABR`), and computes the SHA-256 of
+    /// the file by reading it back.
+    ///
+    /// Errors: `Error::Io` for file failures, `Error::Compression` when the compressor fails to
+    /// end its frame.
+    pub fn finish(mut self) -> Result<FinishedSegment> {
+        let path = self.path.clone();
+        let sink = self
+            .sink
+            .take()
+            .ok_or_else(|| Error::Io("Segment writer already failed".into()))?;
+        let sink = sink
+            .into_inner()
+            .map_err(|e| io_err("Failed to write", &path, e.into_error()))?;
+        let crcw = match sink {
+            Sink::Plain(w) => w,
+            Sink::Zstd(enc) => enc
+                .finish()
+                .map_err(|e| Error::Compression(format!("Failed to end zstd frame: {e}")))?,
+            Sink::Lz4(enc) => {
+                let (w, res) = enc.finish();
+                res.map_err(|e| Error::Compression(format!("Failed to end lz4 frame: {e}")))?;
+                w
+            }
+        };
+        let CrcWriter {
+            mut file,
+            crc: payload_crc,
+            bytes: payload_len,
+        } = crcw;
+        let header = SegmentHeader {
+            version: VERSION,
+            compression: self.compression,
+            record_count: self.record_count,
+            first_timestamp: self.first_timestamp.unwrap_or(0),
+            last_timestamp: self.last_timestamp.unwrap_or(0),
+        }
+        .to_bytes();
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&header);
+        crc.combine(&payload_crc);
+        let crc = crc.finalize();
+        let mut footer = [0u8; 8];
+        footer[0..4].copy_from_slice(&crc.to_le_bytes());
+        footer[4..8].copy_from_slice(END_MAGIC);
+        let write = |file: &mut File| -> std::io::Result<()> {
+            file.write_all(&footer)?;
+            file.seek(SeekFrom::Start(0))?;
+            file.write_all(&header)
+        };
+        write(&mut file).map_err(|e| io_err("Failed to write", &path, e))?;
+        drop(file);
+        let size_bytes = HEADER_LEN + payload_len + FOOTER_LEN;
+        let checksum = sha256_file(&path)?;
+        Ok(FinishedSegment {
+            path,
+            record_count: self.record_count,
+            first_timestamp: self.first_timestamp,
+            last_timestamp: self.last_timestamp,
+            size_bytes,
+            uncompressed_bytes: self.uncompressed_bytes,
+            checksum,
+        })
+    }
+
+    /// Abandons the segment and removes its spool file.
+    ///
+    /// Errors: `Error::Io` when the file exists but cannot be removed.
+    pub fn discard(mut self) -> Result<()> {
+        self.sink = None; // closes the file
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("Failed to remove", &self.path, e)),
+        }
+    }
+}
