@@ -337,7 +337,7 @@ fn print_backup(s: &backup::BackupSummary) {
         s.queues,
         s.messages,
         s.segments,
-        inspect::human_bytes(s.bytes),
+        crate::units::human_bytes(s.bytes),
         secs,
         s.messages as f64 / secs.max(0.001),
         if s.skipped.is_empty() {

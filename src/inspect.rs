@@ -9,6 +9,7 @@ use crate::record::decode_record;
 use crate::segment::{sha256_file, SegmentReader};
 use crate::spool::SpoolDir;
 use crate::storage::Storage;
+use crate::units::human_bytes;
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -558,22 +559,6 @@ fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// Bytes as B, KiB, MiB, GiB with one decimal.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
-
 /// Epoch milliseconds as `YYYY-MM-DD HH:MM:SS` UTC.
 pub fn format_ms(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
@@ -602,14 +587,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn formats_times_and_sizes() {
+    fn formats_times() {
         assert_eq!(format_ms(0), "1970-01-01 00:00:00");
         assert_eq!(format_ms(1_795_000_000_000), "2026-11-18 11:06:40");
         assert_eq!(format_ms(951_782_400_000), "2000-02-29 00:00:00");
-        assert_eq!(human_bytes(0), "0 B");
-        assert_eq!(human_bytes(1023), "1023 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(5 * 1024 * 1024), "5.0 MiB");
     }
 
     #[test]

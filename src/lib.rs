@@ -31,6 +31,7 @@ pub mod segment;
 pub mod selection;
 pub mod spool;
 pub mod storage;
+pub mod units;
 
 pub use error::{Error, Result};
 

@@ -1,60 +1,111 @@
-//! Progress of `backup` and `restore` for a person at a terminal: one line per queue in work and
-//! a total line (messages, bytes, rate, ETA), redrawn at most 4 times a second on stderr by a
-//! thread of its own.
+//! Progress of `backup` and `restore` for a person at a terminal, drawn by `indicatif`: a total
+//! bar (queues done, messages, bytes, rate, ETA) and one bar per queue in work, on stderr.
 //!
 //! Shown only when stderr is a terminal ([`std::io::IsTerminal`]) and the log level is below
 //! trace (trace output would scroll it away); scripts and log files never see it. Log lines
-//! written while it is shown go through [`LogWriter`], which erases the board, writes the line
-//! and draws the board again, so the two never mix. The job's final summary line is printed by
+//! written while it is shown go through [`LogWriter`], which hides the bars while it writes
+//! (`MultiProgress::suspend`), so the two never mix. The job's final summary line is printed by
 //! the command line either way.
 //!
-//! The counts are the jobs' own counters (`crate::metrics`), read by the drawing thread: the hot
-//! path does nothing for the display.
+//! The counts are the jobs' own counters (`crate::metrics`), copied into the bars by a thread of
+//! this module 4 times a second: the hot path does nothing for the display.
 
 use crate::metrics::Counter;
+use crate::units::{human_bytes, thousands};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Time between redraws.
+/// Time between two copies of the counters into the bars.
 const TICK: Duration = Duration::from_millis(250);
-/// Ticks over which the total rate is measured (4 s).
-const RATE_WINDOW: usize = 16;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What is on the terminal: the lines of the board drawn last, and their text.
-struct Screen {
-    lines: usize,
-    frame: String,
-}
-
-static SCREEN: Mutex<Screen> = Mutex::new(Screen {
-    lines: 0,
-    frame: String::new(),
-});
+/// The board shown now, if any: the log writer and the rows find it here.
 static BOARD: Mutex<Option<Arc<Board>>> = Mutex::new(None);
 
-/// One queue on the board.
+/// One queue's bar and the counters it shows.
 struct Row {
-    label: String,
-    /// Messages expected (depth at start, or the manifest's count); 0 = unknown.
-    total: u64,
+    bar: ProgressBar,
     messages: Counter,
     bytes: Counter,
-    started: Instant,
-    done: AtomicBool,
 }
 
 struct Board {
-    title: String,
+    multi: MultiProgress,
+    total: ProgressBar,
     queues: usize,
-    total: u64,
-    started: Instant,
     rows: Mutex<Vec<Arc<Row>>>,
+    /// Messages and bytes of the rows already finished.
+    finished: Mutex<(usize, u64, u64)>,
+}
+
+/// `{prefix}` bar with `{msg}` (bytes and queue counts) and indicatif's rate and ETA; a spinner
+/// when the total is unknown (0).
+fn style(total: u64) -> ProgressStyle {
+    let template = if total == 0 {
+        "{prefix}: {spinner} {human_pos} messages, {msg}, {per_sec}, {elapsed}"
+    } else {
+        "{prefix}: [{bar:25}] {human_pos}/{human_len} messages ({percent}%), {msg}, {per_sec}, ETA {eta}"
+    };
+    ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+}
+
+fn bar(multi: &MultiProgress, total: u64, prefix: String) -> ProgressBar {
+    let bar = multi.add(ProgressBar::new(total));
+    bar.set_style(style(total));
+    bar.set_prefix(prefix);
+    bar.set_message(human_bytes(0));
+    bar
+}
+
+impl Board {
+    fn new(target: ProgressDrawTarget, title: &str, queues: usize, total: u64) -> Board {
+        let multi = MultiProgress::with_draw_target(target);
+        let total = bar(&multi, total, title.to_string());
+        Board {
+            multi,
+            total,
+            queues,
+            rows: Mutex::new(Vec::new()),
+            finished: Mutex::new((0, 0, 0)),
+        }
+    }
+
+    /// Copies the counters into the bars.
+    fn refresh(&self) {
+        let (done, mut messages, mut bytes) = *lock(&self.finished);
+        for r in lock(&self.rows).iter() {
+            let (m, b) = (r.messages.get(), r.bytes.get());
+            r.bar.set_position(m);
+            r.bar.set_message(human_bytes(b));
+            messages += m;
+            bytes += b;
+        }
+        self.total.set_position(messages);
+        self.total.set_message(format!(
+            "{}, {done}/{} queues",
+            human_bytes(bytes),
+            thousands(self.queues as u64)
+        ));
+    }
+
+    /// Takes a finished row off the board; its counts stay in the total.
+    fn finish(&self, row: &Arc<Row>) {
+        let mut rows = lock(&self.rows);
+        rows.retain(|r| !Arc::ptr_eq(r, row));
+        let mut f = lock(&self.finished);
+        f.0 += 1;
+        f.1 += row.messages.get();
+        f.2 += row.bytes.get();
+        row.bar.finish_and_clear();
+        self.multi.remove(&row.bar);
+    }
 }
 
 /// Shows the board until dropped; then erases it.
@@ -69,32 +120,25 @@ pub fn start(title: &str, queues: usize, total: u64) -> Option<Display> {
     if !std::io::stderr().is_terminal() || log::max_level() >= log::LevelFilter::Trace {
         return None;
     }
-    let board = Arc::new(Board {
-        title: title.to_string(),
+    let board = Arc::new(Board::new(
+        ProgressDrawTarget::stderr_with_hz(4),
+        title,
         queues,
         total,
-        started: Instant::now(),
-        rows: Mutex::new(Vec::new()),
-    });
+    ));
     *lock(&BOARD) = Some(board.clone());
     let (tx, rx) = crossbeam_channel::bounded::<()>(0);
     let thread = std::thread::Builder::new()
         .name("progress".into())
-        .spawn(move || {
-            let mut samples: Vec<(Instant, u64)> = Vec::with_capacity(RATE_WINDOW + 1);
-            loop {
-                let now = Instant::now();
-                samples.push((now, board.done()));
-                if samples.len() > RATE_WINDOW {
-                    samples.remove(0);
-                }
-                draw(&board.render(now, &samples, width()));
-                if !matches!(
-                    rx.recv_timeout(TICK),
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout)
-                ) {
-                    break;
-                }
+        .spawn(move || loop {
+            board.refresh();
+            if !matches!(
+                rx.recv_timeout(TICK),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout)
+            ) {
+                board.total.finish_and_clear();
+                let _ = board.multi.clear();
+                break;
             }
         })
         .ok()?;
@@ -111,198 +155,49 @@ impl Drop for Display {
             let _ = t.join();
         }
         *lock(&BOARD) = None;
-        draw("");
     }
 }
 
-/// A queue's line on the board while it is alive (does nothing when no board is shown).
-pub struct RowGuard(Option<Arc<Row>>);
+/// A queue's bar on the board while it is alive (does nothing when no board is shown).
+pub struct RowGuard(Option<(Arc<Board>, Arc<Row>)>);
 
-/// Adds a line for queue `label` expecting `total` messages (0 = unknown), counting
-/// `messages` and `bytes`.
+/// Adds a bar for queue `label` expecting `total` messages (0 = unknown), counting `messages`
+/// and `bytes`.
 pub fn row(label: String, total: u64, messages: Counter, bytes: Counter) -> RowGuard {
     let Some(board) = lock(&BOARD).clone() else {
         return RowGuard(None);
     };
     let row = Arc::new(Row {
-        label,
-        total,
+        bar: bar(&board.multi, total, format!("  {label}")),
         messages,
         bytes,
-        started: Instant::now(),
-        done: AtomicBool::new(false),
     });
     lock(&board.rows).push(row.clone());
-    RowGuard(Some(row))
+    RowGuard(Some((board, row)))
 }
 
 impl Drop for RowGuard {
     fn drop(&mut self) {
-        if let Some(r) = &self.0 {
-            r.done.store(true, Ordering::Relaxed);
+        if let Some((board, row)) = &self.0 {
+            board.finish(row);
         }
     }
 }
 
-impl Board {
-    fn done(&self) -> u64 {
-        lock(&self.rows).iter().map(|r| r.messages.get()).sum()
-    }
-
-    /// The board's text at `now`: the total line, then one line per queue in work, each cut to
-    /// `width` characters.
-    fn render(&self, now: Instant, samples: &[(Instant, u64)], width: usize) -> String {
-        let rows = lock(&self.rows).clone();
-        let done_msgs: u64 = rows.iter().map(|r| r.messages.get()).sum();
-        let bytes: u64 = rows.iter().map(|r| r.bytes.get()).sum();
-        let finished = rows
-            .iter()
-            .filter(|r| r.done.load(Ordering::Relaxed))
-            .count();
-        let rate = match (samples.first(), samples.last()) {
-            (Some((t0, n0)), Some((t1, n1))) if *t1 > *t0 => {
-                n1.saturating_sub(*n0) as f64 / (*t1 - *t0).as_secs_f64()
-            }
-            _ => 0.0,
-        };
-        let mut lines = vec![format!(
-            "{}: {finished}/{} queues, {}, {}, {}{}",
-            self.title,
-            self.queues,
-            count_of(done_msgs, self.total),
-            crate::inspect::human_bytes(bytes),
-            rate_text(rate),
-            eta(done_msgs, self.total, rate)
-                .map(|e| format!(", ETA {e}"))
-                .unwrap_or_default(),
-        )];
-        lines[0].push_str(&format!(", {}", elapsed(now - self.started)));
-        for r in rows.iter().filter(|r| !r.done.load(Ordering::Relaxed)) {
-            let n = r.messages.get();
-            let secs = (now - r.started).as_secs_f64();
-            let rate = if secs > 0.0 { n as f64 / secs } else { 0.0 };
-            lines.push(format!(
-                "  {}: {}, {}, {}{}",
-                r.label,
-                count_of(n, r.total),
-                crate::inspect::human_bytes(r.bytes.get()),
-                rate_text(rate),
-                eta(n, r.total, rate)
-                    .map(|e| format!(", ETA {e}"))
-                    .unwrap_or_default(),
-            ));
-        }
-        let mut out = String::new();
-        for l in lines {
-            out.extend(l.chars().take(width.saturating_sub(1).max(20)));
-            out.push('\n');
-        }
-        out
-    }
-}
-
-/// `12,345/100,000 messages (12%)`, or `12,345 messages` when the total is unknown.
-fn count_of(n: u64, total: u64) -> String {
-    if total == 0 {
-        format!("{} messages", thousands(n))
-    } else {
-        format!(
-            "{}/{} messages ({}%)",
-            thousands(n),
-            thousands(total),
-            (n.min(total) * 100 / total)
-        )
-    }
-}
-
-fn rate_text(rate: f64) -> String {
-    format!("{} msg/s", thousands(rate.round() as u64))
-}
-
-/// Time left at `rate` messages per second, when the total is known and the rate is not 0.
-fn eta(n: u64, total: u64, rate: f64) -> Option<String> {
-    if total == 0 || rate < 0.5 || n >= total {
-        return None;
-    }
-    Some(elapsed(Duration::from_secs_f64((total - n) as f64 / rate)))
-}
-
-/// `42s`, `3m05s`, `2h07m`.
-fn elapsed(d: Duration) -> String {
-    let s = d.as_secs();
-    if s < 60 {
-        format!("{s}s")
-    } else if s < 3600 {
-        format!("{}m{:02}s", s / 60, s % 60)
-    } else {
-        format!("{}h{:02}m", s / 3600, s % 3600 / 60)
-    }
-}
-
-/// `1234567` as `1,234,567`.
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// The terminal's width from `COLUMNS`, else 100.
-fn width() -> usize {
-    std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .filter(|w| *w >= 20)
-        .unwrap_or(100)
-}
-
-/// The escape sequence that moves up over `lines` drawn lines and clears to the end of screen.
-fn erase(lines: usize) -> String {
-    if lines == 0 {
-        String::new()
-    } else {
-        format!("\x1b[{lines}A\r\x1b[J")
-    }
-}
-
-/// Replaces the board on the terminal by `frame` ("" erases it).
-fn draw(frame: &str) {
-    let mut screen = lock(&SCREEN);
-    let mut out = erase(screen.lines);
-    out.push_str(frame);
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_all(out.as_bytes());
-    let _ = err.flush();
-    screen.lines = frame.matches('\n').count();
-    screen.frame = frame.to_string();
-}
-
-/// Where log records go when stderr is a terminal: each record is written above the board.
+/// Where log records go when stderr is a terminal: each record is written with the bars
+/// hidden, which are drawn again below it.
 pub struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let screen = lock(&SCREEN);
-        let mut out = erase(screen.lines).into_bytes();
-        out.extend_from_slice(buf);
-        if buf.ends_with(b"\n") {
-            out.extend_from_slice(screen.frame.as_bytes());
-        }
-        let mut err = std::io::stderr().lock();
-        err.write_all(&out)?;
-        err.flush()?;
-        drop(err);
-        if !buf.ends_with(b"\n") {
-            // A partial line: the board is drawn again at the next tick.
-            drop(screen);
-            let mut s = lock(&SCREEN);
-            s.lines = 0;
-            s.frame.clear();
+        let board = lock(&BOARD).clone();
+        let write = || {
+            let mut err = std::io::stderr().lock();
+            err.write_all(buf).and_then(|_| err.flush())
+        };
+        match board {
+            Some(b) => b.multi.suspend(write)?,
+            None => write()?,
         }
         Ok(buf.len())
     }
@@ -317,55 +212,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn formats() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1234567), "1,234,567");
-        assert_eq!(count_of(5, 0), "5 messages");
-        assert_eq!(count_of(250, 1000), "250/1,000 messages (25%)");
-        assert_eq!(count_of(1200, 1000), "1,200/1,000 messages (100%)");
-        assert_eq!(eta(500, 1000, 100.0).as_deref(), Some("5s"));
-        assert_eq!(eta(500, 0, 100.0), None);
-        assert_eq!(eta(500, 1000, 0.0), None);
-        assert_eq!(elapsed(Duration::from_secs(185)), "3m05s");
-        assert_eq!(elapsed(Duration::from_secs(7620)), "2h07m");
-    }
-
-    #[test]
-    fn board_lines() {
-        let t0 = Instant::now();
-        let board = Board {
-            title: "backup b".into(),
-            queues: 2,
-            total: 3000,
-            started: t0,
-            rows: Mutex::new(Vec::new()),
-        };
+    fn the_bars_follow_the_counters_and_finished_rows_stay_in_the_total() {
+        let board = Arc::new(Board::new(ProgressDrawTarget::hidden(), "backup b", 2, 3000));
+        *lock(&BOARD) = Some(board.clone());
         let (m, b) = (Counter::default(), Counter::default());
+        let first = row("orders (vhost /)".into(), 2000, m.clone(), b.clone());
         m.add(1000);
         b.add(2048);
-        board.rows.lock().unwrap().push(Arc::new(Row {
-            label: "orders (vhost /)".into(),
-            total: 2000,
-            messages: m,
-            bytes: b,
-            started: t0,
-            done: AtomicBool::new(false),
-        }));
-        let now = t0 + Duration::from_secs(2);
-        let text = board.render(now, &[(t0, 0), (now, 1000)], 200);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2, "{text}");
-        assert_eq!(
-            lines[0],
-            "backup b: 0/2 queues, 1,000/3,000 messages (33%), 2.0 KiB, 500 msg/s, ETA 4s, 2s"
-        );
-        assert_eq!(
-            lines[1],
-            "  orders (vhost /): 1,000/2,000 messages (50%), 2.0 KiB, 500 msg/s, ETA 2s"
-        );
-        let narrow = board.render(now, &[], 30);
-        assert!(narrow.lines().all(|l| l.chars().count() <= 29), "{narrow}");
+        board.refresh();
+        let r = lock(&board.rows)[0].clone();
+        assert_eq!((r.bar.position(), r.bar.length()), (1000, Some(2000)));
+        assert_eq!(r.bar.message(), "2.0 KiB");
+        assert_eq!(board.total.position(), 1000);
+        assert_eq!(board.total.message(), "2.0 KiB, 0/2 queues");
+        drop(first);
+        assert!(lock(&board.rows).is_empty());
+        let (m2, b2) = (Counter::default(), Counter::default());
+        let _second = row("events (vhost /)".into(), 0, m2.clone(), b2);
+        m2.add(5);
+        board.refresh();
+        assert_eq!(board.total.position(), 1005);
+        assert_eq!(board.total.message(), "2.0 KiB, 1/2 queues");
+        *lock(&BOARD) = None;
     }
 }
