@@ -100,6 +100,9 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) => 2,
+            // A checkpoint database that cannot be created or opened is a path to fix in the
+            // configuration (SPEC.md "Errors", Checkpoint database).
+            Error::Checkpoint(m) if m.starts_with("unable to open database file") => 2,
             _ => 1,
         }
     }

@@ -14,6 +14,7 @@
 pub mod amqp;
 pub mod backup;
 pub mod broker;
+pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod definitions;

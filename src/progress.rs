@@ -213,7 +213,12 @@ mod tests {
 
     #[test]
     fn the_bars_follow_the_counters_and_finished_rows_stay_in_the_total() {
-        let board = Arc::new(Board::new(ProgressDrawTarget::hidden(), "backup b", 2, 3000));
+        let board = Arc::new(Board::new(
+            ProgressDrawTarget::hidden(),
+            "backup b",
+            2,
+            3000,
+        ));
         *lock(&BOARD) = Some(board.clone());
         let (m, b) = (Counter::default(), Counter::default());
         let first = row("orders (vhost /)".into(), 2000, m.clone(), b.clone());

@@ -1,0 +1,163 @@
+//! The backup checkpoint database of `offset_storage` (SPEC.md): opened from `db_path` (or
+//! memory), fetched from `s3_key` when the local file is missing (a job on a fresh pod resumes),
+//! and copied to `s3_key` every `sync_interval_secs` and at the end.
+//!
+//! A sync uploads a `VACUUM INTO` snapshot with one put of the storage, so the key never holds a
+//! half-written database (object stores replace an object whole; the filesystem backend writes
+//! a temporary file and renames it). Each sync counts in `broker_backup_checkpoint_syncs`.
+
+use super::Checkpoints;
+use crate::config::{OffsetBackend, OffsetStorageConfig};
+use crate::error::{Error, Result};
+use crate::metrics;
+use crate::spool::unique_file;
+use crate::storage::Storage;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Opens the checkpoint database `cfg` describes. When the local database does not exist (or
+/// the backend is memory) and `s3_key` names an object in `storage`, that copy is fetched first.
+///
+/// Errors: as [`Checkpoints::open_file`]; storage errors of the fetch.
+pub fn open(cfg: &OffsetStorageConfig, storage: &dyn Storage) -> Result<Checkpoints> {
+    let remote = match &cfg.s3_key {
+        Some(key) => storage.head(key)?.map(|_| key.as_str()),
+        None => None,
+    };
+    match (cfg.backend, remote) {
+        (OffsetBackend::Sqlite, Some(key)) if !cfg.db_path.exists() => {
+            // Fetched beside its final name, then renamed: a half-fetched file is never opened.
+            let dir = cfg
+                .db_path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !dir.is_dir() {
+                return Err(Error::Checkpoint(format!(
+                    "unable to open database file: {} (its directory does not exist)",
+                    cfg.db_path.display()
+                )));
+            }
+            let tmp = unique_file(dir, ".offsets-fetch");
+            storage.get_to_file(key, &tmp)?;
+            std::fs::rename(&tmp, &cfg.db_path).map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                Error::Checkpoint(format!(
+                    "unable to open database file: {} ({e})",
+                    cfg.db_path.display()
+                ))
+            })?;
+            log::info!(
+                "checkpoint database {} fetched from {key} in {}",
+                cfg.db_path.display(),
+                storage.location()
+            );
+            Checkpoints::open_file(&cfg.db_path)
+        }
+        (OffsetBackend::Sqlite, _) => Checkpoints::open_file(&cfg.db_path),
+        (OffsetBackend::Memory, Some(key)) => {
+            let tmp = unique_file(&std::env::temp_dir(), "rmq-backup-offsets-fetch");
+            let fetched = storage
+                .get_to_file(key, &tmp)
+                .and_then(|_| Checkpoints::open_memory_from(&tmp));
+            let _ = std::fs::remove_file(&tmp);
+            log::info!(
+                "checkpoint database fetched into memory from {key} in {}",
+                storage.location()
+            );
+            fetched
+        }
+        (OffsetBackend::Memory, None) => Checkpoints::open_memory(),
+    }
+}
+
+/// Uploads a snapshot of `checkpoints` to `key` in `storage`, and counts it.
+pub fn push(checkpoints: &Checkpoints, storage: &dyn Storage, key: &str) -> Result<()> {
+    let tmp = unique_file(&std::env::temp_dir(), "rmq-backup-offsets-snapshot");
+    let result = checkpoints
+        .snapshot_to(&tmp)
+        .and_then(|_| storage.put_file(key, &tmp));
+    let _ = std::fs::remove_file(&tmp);
+    result?;
+    metrics::global().checkpoint_syncs.inc();
+    log::debug!(
+        "checkpoint database {} synced to {key}",
+        checkpoints.label()
+    );
+    Ok(())
+}
+
+/// Syncs a checkpoint database to the storage every interval on a thread of its own, and once
+/// more when finished. A failed periodic sync is logged and tried again at the next interval.
+pub struct Syncer {
+    shared: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    checkpoints: Arc<Checkpoints>,
+    storage: Arc<dyn Storage>,
+    key: String,
+}
+
+impl Syncer {
+    /// Starts syncing `checkpoints` to `key` every `interval`.
+    pub fn start(
+        checkpoints: Arc<Checkpoints>,
+        storage: Arc<dyn Storage>,
+        key: String,
+        interval: Duration,
+    ) -> Result<Syncer> {
+        let shared = Arc::new((Mutex::new(false), Condvar::new()));
+        let (s, c, st, k) = (
+            shared.clone(),
+            checkpoints.clone(),
+            storage.clone(),
+            key.clone(),
+        );
+        let thread = std::thread::Builder::new()
+            .name("checkpoint-sync".into())
+            .spawn(move || loop {
+                let (lock, wake) = &*s;
+                let Ok(stopped) = lock.lock() else { return };
+                let Ok((stopped, _)) = wake.wait_timeout(stopped, interval) else {
+                    return;
+                };
+                if *stopped {
+                    return;
+                }
+                drop(stopped);
+                if let Err(e) = push(&c, st.as_ref(), &k) {
+                    log::warn!("checkpoint sync to {k} failed, tried again in {interval:?}: {e}");
+                }
+            })
+            .map_err(|e| Error::Io(format!("cannot start the checkpoint-sync thread: {e}")))?;
+        Ok(Syncer {
+            shared,
+            thread: Some(thread),
+            checkpoints,
+            storage,
+            key,
+        })
+    }
+
+    /// Stops the thread and syncs a last time. Errors: that last sync's.
+    pub fn finish(mut self) -> Result<()> {
+        self.stop();
+        push(&self.checkpoints, self.storage.as_ref(), &self.key)
+    }
+
+    fn stop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            if let Ok(mut stopped) = self.shared.0.lock() {
+                *stopped = true;
+            }
+            self.shared.1.notify_all();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
