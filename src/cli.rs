@@ -240,7 +240,8 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) => {
             eprintln!("{e}");
-            e.exit_code()
+            // A job stopped by SIGTERM or SIGINT exits 143 or 130, whatever error it ended with.
+            crate::signals::requested().map_or(e.exit_code(), crate::signals::exit_code)
         }
     }
 }
@@ -253,6 +254,7 @@ fn run(command: Command) -> Result<i32> {
                 Err(e) => return Ok(config_failure(&e)),
             };
             let _metrics = start_metrics(&cfg)?;
+            crate::signals::install()?;
             let storage = storage::open_config(&cfg.storage)?;
             let s = backup::run(&cfg, storage)?;
             print_backup(&s);
@@ -268,6 +270,7 @@ fn run(command: Command) -> Result<i32> {
                 Err(e) => return Ok(config_failure(&e)),
             };
             let _metrics = start_metrics(&cfg)?;
+            crate::signals::install()?;
             let storage = storage::open_config(&cfg.storage)?;
             let s = restore::run(&cfg, storage)?;
             print_restore(&s);
@@ -392,6 +395,13 @@ fn print_restore(s: &restore::RestoreSummary) {
         secs,
         published as f64 / secs.max(0.001)
     );
+    let earlier: u64 = s.queues.iter().map(|q| q.done_earlier).sum();
+    if earlier > 0 {
+        println!(
+            "  {earlier} message(s) were published by an earlier run (restore.checkpoint_state) and not again; {} queue(s) were complete already",
+            s.queues.iter().filter(|q| q.completed_earlier).count()
+        );
+    }
 }
 
 #[cfg(test)]

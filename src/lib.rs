@@ -30,6 +30,7 @@ pub mod record;
 pub mod restore;
 pub mod segment;
 pub mod selection;
+pub mod signals;
 pub mod spool;
 pub mod storage;
 pub mod units;

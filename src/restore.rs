@@ -12,6 +12,7 @@
 
 use crate::amqp::{AmqpUrl, Channel, ConnectOptions, Connection};
 use crate::broker::QueueType;
+use crate::checkpoint::{Checkpoints, RestoreKey};
 use crate::config::{Config, PublishMode, RestoreOptions, TargetConfig};
 use crate::definitions::{self, ImportSummary};
 use crate::error::{Error, Result};
@@ -81,6 +82,11 @@ pub struct QueueRestore {
     pub failed: u64,
     /// Records left out by `time_window_start` / `time_window_end`.
     pub outside_window: u64,
+    /// Records an earlier run of this restore published and the broker confirmed
+    /// (`restore.checkpoint_state`): skipped by this run.
+    pub done_earlier: u64,
+    /// True when an earlier run completed this queue (nothing is published again).
+    pub completed_earlier: bool,
 }
 
 /// Runs a restore as `cfg` says, reading from `storage`.
@@ -158,6 +164,13 @@ fn run_job(
         create_missing_queues(mgmt, &summary.queues)?;
     }
 
+    let checkpoints = match &opts.checkpoint_state {
+        Some(path) => Some(Checkpoints::open_file(path)?),
+        None => {
+            log::info!("no restore.checkpoint_state: if this restore is interrupted, a rerun publishes every message again");
+            None
+        }
+    };
     let spool = SpoolDir::create(&format!("{backup_id}-restore"))?;
     let limiter = RateLimiter::new(opts.rate_limit_messages_per_sec);
     let url = AmqpUrl::parse(&target.amqp_url)?;
@@ -180,15 +193,30 @@ fn run_job(
                     break;
                 };
                 let mut entry = summary.queues[*index].clone();
-                let r = restore_queue(
-                    &url,
-                    opts,
-                    storage.as_ref(),
-                    spool.path(),
-                    &limiter,
-                    backup,
-                    &mut entry,
-                );
+                let checkpoint = checkpoints.as_ref().map(|cp| QueueCheckpoint {
+                    store: cp,
+                    key: RestoreKey {
+                        backup_id: backup_id.to_string(),
+                        source_vhost: entry.source_vhost.clone(),
+                        source_queue: entry.source_queue.clone(),
+                        target_vhost: entry.target_vhost.clone(),
+                        target_queue: entry.target_queue.clone(),
+                    },
+                    interval: Duration::from_secs(opts.checkpoint_interval_secs.max(1)),
+                });
+                let r = match crate::signals::stop_reason("restore") {
+                    Some(why) => Err(Error::Io(why)),
+                    None => restore_queue(
+                        &url,
+                        opts,
+                        storage.as_ref(),
+                        spool.path(),
+                        &limiter,
+                        backup,
+                        &mut entry,
+                        checkpoint.as_ref(),
+                    ),
+                };
                 if let Ok(mut all) = results.lock() {
                     all[*index] = Some((entry, r));
                 }
@@ -353,7 +381,16 @@ fn create_missing_queues(mgmt: &ManagementClient, plan: &[QueueRestore]) -> Resu
     Ok(())
 }
 
+/// A queue's place in the restore checkpoint database (`restore.checkpoint_state`).
+struct QueueCheckpoint<'a> {
+    store: &'a Checkpoints,
+    key: RestoreKey,
+    /// `restore.checkpoint_interval_secs`.
+    interval: Duration,
+}
+
 /// Restores one queue of the backup on its own connection.
+#[allow(clippy::too_many_arguments)]
 fn restore_queue(
     url: &AmqpUrl,
     opts: &RestoreOptions,
@@ -362,7 +399,31 @@ fn restore_queue(
     limiter: &RateLimiter,
     backup: &QueueBackup,
     entry: &mut QueueRestore,
+    checkpoint: Option<&QueueCheckpoint>,
 ) -> Result<()> {
+    if let Some(cp) = checkpoint {
+        if let Some((done, completed)) = cp.store.restore_queue(&cp.key)? {
+            entry.done_earlier = done;
+            entry.completed_earlier = completed;
+        }
+    }
+    if entry.completed_earlier {
+        log::info!(
+            "queue {} in vhost {}: restored completely by an earlier run ({} records); skipped",
+            entry.source_queue,
+            entry.source_vhost,
+            entry.done_earlier
+        );
+        return Ok(());
+    }
+    if entry.done_earlier > 0 {
+        log::info!(
+            "queue {} in vhost {}: an earlier run published and had confirmed {} records; resuming after them",
+            entry.source_queue,
+            entry.source_vhost,
+            entry.done_earlier
+        );
+    }
     if entry.segments == 0 {
         log::info!(
             "queue {} in vhost {}: nothing to publish",
@@ -415,12 +476,22 @@ fn restore_queue(
     let (tx, rx) = crossbeam_channel::bounded::<Vec<BackupRecord>>(RECORD_BATCHES);
     let outside_window = AtomicU64::new(0);
     let outside = &outside_window;
+    let skip = entry.done_earlier;
     let (decoded, published) = std::thread::scope(|s| {
         // The sender moves into the decoder: when it ends, the publisher's loop ends.
         let decoder = spawn_named(s, "segment-decoder", move || {
-            decode_segments(opts, storage, spool, backup, &tx, outside)
+            decode_segments(opts, storage, spool, backup, &tx, outside, skip)
         });
-        let published = publish_records(&channel, opts, limiter, window, &rx, entry, &m, &bytes);
+        let publisher = Publisher {
+            channel: &channel,
+            opts,
+            limiter,
+            window,
+            m: &m,
+            bytes: &bytes,
+            checkpoint,
+        };
+        let published = publisher.publish_records(&rx, entry);
         // Unblock the decoder if publishing stopped early.
         drop(rx);
         let decoded = decoder
@@ -437,6 +508,12 @@ fn restore_queue(
         channel.basic_qos(0, false)?;
     }
     settle(&channel, 0, entry, &m)?;
+    if let Some(cp) = checkpoint {
+        if entry.failed == 0 {
+            cp.store
+                .restore_progress(&cp.key, entry.done_earlier + entry.published, true)?;
+        }
+    }
     channel.close()?;
     conn.close()?;
     log::info!(
@@ -454,7 +531,9 @@ fn restore_queue(
 
 /// Fetches each segment of `backup` that meets the time window into a spool file, verifies
 /// it (CRC32), decodes its records and sends them in batches, in order. Records outside the
-/// window are counted in `outside_window`.
+/// window are counted in `outside_window`. The first `skip` records inside the window (those
+/// an earlier run published) are left out; whole segments of them are not even fetched when
+/// no time window is set.
 fn decode_segments(
     opts: &RestoreOptions,
     storage: &dyn Storage,
@@ -462,12 +541,18 @@ fn decode_segments(
     backup: &QueueBackup,
     tx: &crossbeam_channel::Sender<Vec<BackupRecord>>,
     outside_window: &AtomicU64,
+    mut skip: u64,
 ) -> Result<()> {
+    let windowless = opts.time_window_start.is_none() && opts.time_window_end.is_none();
     for segment in backup
         .segments
         .iter()
         .filter(|s| segment_in_window(s, opts))
     {
+        if windowless && skip >= segment.record_count {
+            skip -= segment.record_count;
+            continue;
+        }
         let path = unique_file(spool, &segment.key);
         let result = (|| -> Result<()> {
             storage.get_to_file(&segment.key, &path)?;
@@ -491,6 +576,10 @@ fn decode_segments(
                 let record = decode_record(&json?)?;
                 if !in_window(record.backed_up_at, opts) {
                     outside_window.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if skip > 0 {
+                    skip -= 1;
                     continue;
                 }
                 batch_bytes += record.body().len();
@@ -538,44 +627,89 @@ fn verified_segment(path: &Path, segment: &SegmentMetadata) -> Result<SegmentRea
     Ok(reader)
 }
 
-/// Publishes the decoded records as they arrive, keeping at most `window` unconfirmed.
-/// Counts each publish in `m` and its body in `bytes`.
-#[allow(clippy::too_many_arguments)]
-fn publish_records(
-    channel: &Channel,
-    opts: &RestoreOptions,
-    limiter: &RateLimiter,
+/// What publishing one queue needs besides the records.
+struct Publisher<'a> {
+    channel: &'a Channel,
+    opts: &'a RestoreOptions,
+    limiter: &'a RateLimiter,
+    /// Unconfirmed publishes allowed in flight.
     window: u64,
-    rx: &crossbeam_channel::Receiver<Vec<BackupRecord>>,
-    entry: &mut QueueRestore,
-    m: &RestoreQueueMetrics,
-    bytes: &Counter,
-) -> Result<()> {
-    for batch in rx.iter() {
-        for mut record in batch {
-            // Take the names out so the record can move into its properties and body (no copy).
-            let (from_exchange, from_key) = (
-                std::mem::take(&mut record.exchange),
-                std::mem::take(&mut record.routing_key),
-            );
-            let (exchange, routing_key) =
-                target_of(&from_exchange, &from_key, opts, &entry.target_queue);
-            let (properties, body) = record.into_amqp();
-            limiter.acquire();
-            channel.basic_publish(exchange, routing_key, true, &properties, &body)?;
-            entry.published += 1;
-            m.published.inc();
-            bytes.add(body.len() as u64);
-            if channel.outstanding_confirms() >= window {
-                settle(channel, window / 2, entry, m)?;
-            } else if !opts.publisher_confirms && entry.published.is_multiple_of(window) {
-                settle(channel, 0, entry, m)?; // collects the returns so far, waits for nothing
+    m: &'a RestoreQueueMetrics,
+    /// Body bytes published (the progress display).
+    bytes: &'a Counter,
+    checkpoint: Option<&'a QueueCheckpoint<'a>>,
+}
+
+impl Publisher<'_> {
+    /// Publishes the decoded records as they arrive, keeping at most `window` unconfirmed,
+    /// and counts each publish. With a checkpoint and publisher confirms, every
+    /// `checkpoint_interval_secs` it waits for every confirm and records the published prefix
+    /// (never while any record of the queue failed: a rerun must publish that one again).
+    /// Stops at SIGTERM/SIGINT after the confirms of what it published, checkpointed.
+    fn publish_records(
+        &self,
+        rx: &crossbeam_channel::Receiver<Vec<BackupRecord>>,
+        entry: &mut QueueRestore,
+    ) -> Result<()> {
+        let (channel, opts, m) = (self.channel, self.opts, self.m);
+        let mut last_checkpoint = Instant::now();
+        for batch in rx.iter() {
+            for mut record in batch {
+                // Take the names out so the record can move into its properties and body.
+                let (from_exchange, from_key) = (
+                    std::mem::take(&mut record.exchange),
+                    std::mem::take(&mut record.routing_key),
+                );
+                let (exchange, routing_key) =
+                    target_of(&from_exchange, &from_key, opts, &entry.target_queue);
+                let (properties, body) = record.into_amqp();
+                self.limiter.acquire();
+                channel.basic_publish(exchange, routing_key, true, &properties, &body)?;
+                entry.published += 1;
+                m.published.inc();
+                self.bytes.add(body.len() as u64);
+                if channel.outstanding_confirms() >= self.window {
+                    settle(channel, self.window / 2, entry, m)?;
+                } else if !opts.publisher_confirms && entry.published.is_multiple_of(self.window) {
+                    settle(channel, 0, entry, m)?; // collects the returns so far
+                }
+            }
+            // Counts the confirms so far without waiting: the metrics stay current.
+            settle(channel, u64::MAX, entry, m)?;
+            if let Some(why) = crate::signals::stop_reason("restore") {
+                settle(channel, 0, entry, m)?;
+                self.save_checkpoint(entry)?;
+                return Err(Error::Io(why));
+            }
+            if self
+                .checkpoint
+                .is_some_and(|cp| last_checkpoint.elapsed() >= cp.interval)
+            {
+                settle(channel, 0, entry, m)?;
+                self.save_checkpoint(entry)?;
+                last_checkpoint = Instant::now();
             }
         }
-        // Counts the confirms so far without waiting: the metrics stay current between windows.
-        settle(channel, u64::MAX, entry, m)?;
+        Ok(())
     }
-    Ok(())
+
+    /// Records the published prefix of the queue, when every publish so far is confirmed.
+    fn save_checkpoint(&self, entry: &QueueRestore) -> Result<()> {
+        let Some(cp) = self.checkpoint else {
+            return Ok(());
+        };
+        if !self.opts.publisher_confirms || entry.failed > 0 {
+            return Ok(());
+        }
+        let done = entry.done_earlier + entry.published;
+        cp.store.restore_progress(&cp.key, done, false)?;
+        log::debug!(
+            "queue {} in vhost {}: checkpoint at {done} records",
+            entry.target_queue,
+            entry.target_vhost
+        );
+        Ok(())
+    }
 }
 
 /// Where a record published to `exchange` with `routing_key` goes: (exchange, routing key)

@@ -16,9 +16,11 @@
 //! - `segments`: encoding, compression into segments, rotation, and the uploaders.
 
 mod queue;
+mod resume;
 mod segments;
 mod select;
 
+use crate::checkpoint::{self, Checkpoints};
 use crate::config::{BackupOptions, Config, SourceConfig};
 use crate::definitions;
 use crate::error::{Error, Result};
@@ -130,6 +132,31 @@ fn run_job(
     // A manifest with completed_at null first: a run that dies from here on reads as
     // interrupted, and never leaves an older manifest in front of new segments.
     write_manifest(storage.as_ref(), &manifest)?;
+    let checkpoints = match &cfg.offset_storage {
+        Some(os) => Some(Arc::new(checkpoint::sync::open(os, storage.as_ref())?)),
+        None => {
+            if interrupted_before {
+                log::warn!("no offset_storage configured: every queue is read again from the start (the broker still holds them all), and the segments of the earlier run are replaced");
+            }
+            None
+        }
+    };
+    let syncer = match (
+        &checkpoints,
+        cfg.offset_storage.as_ref().and_then(|o| o.s3_key.clone()),
+    ) {
+        (Some(cp), Some(key)) => Some(checkpoint::sync::Syncer::start(
+            cp.clone(),
+            storage.clone(),
+            key,
+            Duration::from_secs(
+                cfg.offset_storage
+                    .as_ref()
+                    .map_or(30, |o| o.sync_interval_secs),
+            ),
+        )?),
+        _ => None,
+    };
 
     let (queues, skipped) = select_queues(&mgmt, source)?;
     log::info!(
@@ -168,6 +195,9 @@ fn run_job(
         spool: spool.path(),
         stop: AtomicBool::new(false),
         lock: &lock,
+        storage: storage.as_ref(),
+        checkpoints: checkpoints.as_deref(),
+        rerun: interrupted_before,
     };
     let results = run_queues(&ctx, storage.clone(), &queues);
     drop(display);
@@ -200,6 +230,12 @@ fn run_job(
         manifest.completed_at = Some(now_ms());
     }
     write_manifest(storage.as_ref(), &manifest)?;
+    if let Some(syncer) = syncer {
+        syncer.finish()?;
+    }
+    if interrupted_before && manifest.completed_at.is_some() {
+        resume::remove_unlisted_segments(storage.as_ref(), &manifest);
+    }
     lock.release();
 
     if let Some(e) = first_error {
@@ -278,6 +314,12 @@ pub(super) struct QueueContext<'a> {
     stop: AtomicBool,
     /// The run's lock: when another run takes it over, this one stops.
     lock: &'a RunLock,
+    /// Where segments go (and, on a rerun, where the earlier run's are found).
+    storage: &'a dyn Storage,
+    /// The `offset_storage` checkpoint database, when configured.
+    checkpoints: Option<&'a Checkpoints>,
+    /// True when an interrupted run of this backup id came before this one.
+    rerun: bool,
 }
 
 /// Backs up `queues` with at most `max_concurrent_queues` threads, and uploader threads for the
@@ -300,7 +342,9 @@ fn run_queues(
         for _ in 0..workers.min(4) {
             let rx = upload_rx.clone();
             let storage = storage.clone();
-            spawn_named(s, "segment-upload", move || uploader(rx, storage.as_ref()));
+            spawn_named(s, "segment-upload", move || {
+                uploader(rx, storage.as_ref(), ctx.checkpoints, ctx.backup_id)
+            });
         }
         drop(upload_rx);
         for _ in 0..workers {
@@ -310,7 +354,10 @@ fn run_queues(
             spawn_named(s, "queue-reader", move || loop {
                 let i = next.fetch_add(1, Ordering::SeqCst) as usize;
                 let Some(q) = queues.get(i) else { break };
-                let r = backup_queue(ctx, q, &upload_tx);
+                let r = match crate::signals::stop_reason("backup") {
+                    Some(why) => Err(Error::Io(why)),
+                    None => backup_queue(ctx, q, &upload_tx),
+                };
                 if let Ok(mut all) = results.lock() {
                     all[i] = Some(r);
                 }

@@ -1,6 +1,7 @@
 //! One queue's backup: its own AMQP connection, the read (`crate::reader`), and the batches of
 //! records handed to the queue's segment builder (`super::segments`).
 
+use super::resume;
 use super::segments::{build_segments, Upload};
 use super::QueueContext;
 use crate::amqp::{ConnectOptions, Connection};
@@ -36,6 +37,10 @@ pub(super) fn backup_queue(
     uploads: &Sender<Upload>,
 ) -> Result<Option<QueueBackup>> {
     let kind = q.queue_type.unwrap_or(QueueType::Classic);
+    if let Some(done) = resume::completed_earlier(ctx, q, kind)? {
+        return Ok(Some(done));
+    }
+    let after = resume::start_queue(ctx, q)?;
     let mut strategy = ctx.opts.requeue_strategy;
     if q.auto_delete && matches!(strategy, RequeueStrategy::Cancel | RequeueStrategy::Reject) {
         // Cancelling the last consumer of an auto-delete queue deletes it, messages and all;
@@ -70,7 +75,7 @@ pub(super) fn backup_queue(
     let started = Instant::now();
     let (read, built) = std::thread::scope(|s| {
         let builder = spawn_named(s, "segment-builder", || {
-            build_segments(ctx, q, &m, batch_rx, uploads)
+            build_segments(ctx, q, &m, batch_rx, uploads, after)
         });
         let mut batch: Vec<BackupRecord> = Vec::with_capacity(BATCH_RECORDS);
         let mut batch_bytes = 0usize;
@@ -90,6 +95,9 @@ pub(super) fn backup_queue(
         };
         let should_stop = || {
             if let Some(why) = ctx.lock.lost() {
+                return Some(why);
+            }
+            if let Some(why) = crate::signals::stop_reason("backup") {
                 return Some(why);
             }
             if ctx.stop.load(Ordering::Relaxed) {
@@ -142,6 +150,9 @@ pub(super) fn backup_queue(
     };
     if let Err(e) = closed {
         log::debug!("closing connection of queue {}: {e}", q.name);
+    }
+    if let Some(cp) = ctx.checkpoints {
+        cp.complete_backup_queue(ctx.backup_id, &q.vhost, &q.name)?;
     }
     Ok(Some(QueueBackup::from_segments(
         &q.vhost, &q.name, kind, segments,

@@ -3,6 +3,7 @@
 //! and the uploader threads that finish each segment and store it.
 
 use super::QueueContext;
+use crate::checkpoint::Checkpoints;
 use crate::error::{Error, Result};
 use crate::management::QueueInfo;
 use crate::manifest::{self, SegmentMetadata};
@@ -18,6 +19,8 @@ use std::time::{Duration, Instant};
 pub(super) struct Upload {
     key: String,
     sequence: u64,
+    vhost: String,
+    queue: String,
     writer: SegmentWriter,
     reply: Sender<Result<SegmentMetadata>>,
     /// The queue's counters (segments written and their bytes).
@@ -26,18 +29,20 @@ pub(super) struct Upload {
 
 /// Receives batches of records, encodes them, appends them to the current segment,
 /// rotates on `segment_max_bytes` / `segment_max_interval_ms`, hands finished segments to the
-/// uploaders, and returns their metadata in sequence order once all are stored.
+/// uploaders, and returns their metadata in sequence order once all are stored. Segments are
+/// numbered from `after + 1` (a rerun never overwrites an earlier run's segment).
 pub(super) fn build_segments(
     ctx: &QueueContext,
     q: &QueueInfo,
     m: &BackupQueueMetrics,
     batches: Receiver<Vec<BackupRecord>>,
     uploads: &Sender<Upload>,
+    after: u64,
 ) -> Result<Vec<SegmentMetadata>> {
     let max_bytes = ctx.opts.segment_max_bytes;
     let max_age = Duration::from_millis(ctx.opts.segment_max_interval_ms);
     let mut current: Option<(SegmentWriter, Instant)> = None;
-    let mut sequence = 0u64;
+    let mut sequence = after;
     let mut pending: Vec<Receiver<Result<SegmentMetadata>>> = Vec::new();
 
     // Finishing a segment (last compressed block, header, SHA-256) happens on an uploader
@@ -72,6 +77,8 @@ pub(super) fn build_segments(
             .send(Upload {
                 key,
                 sequence: *sequence,
+                vhost: q.vhost.clone(),
+                queue: q.name.clone(),
                 writer,
                 reply: tx,
                 metrics: m.clone(),
@@ -166,9 +173,15 @@ fn segment_full(
     records > 0 && (uncompressed + next_len as u64 + 4 > max_bytes || age >= max_age)
 }
 
-/// Finishes segments and stores them (the storage retries transient failures itself), then
-/// removes the spool file.
-pub(super) fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
+/// Finishes segments and stores them (the storage retries transient failures itself), records
+/// each stored segment in the checkpoint database (when configured), then removes the spool
+/// file.
+pub(super) fn uploader(
+    jobs: Receiver<Upload>,
+    storage: &dyn Storage,
+    checkpoints: Option<&Checkpoints>,
+    backup_id: &str,
+) {
     for job in jobs {
         let path = job.writer.path().to_path_buf();
         let result = job.writer.finish().and_then(|finished| {
@@ -190,11 +203,11 @@ pub(super) fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage) {
                 finished.first_timestamp,
                 finished.last_timestamp
             );
-            Ok(SegmentMetadata::from_finished(
-                job.key.clone(),
-                job.sequence,
-                &finished,
-            ))
+            let meta = SegmentMetadata::from_finished(job.key.clone(), job.sequence, &finished);
+            if let Some(cp) = checkpoints {
+                cp.backup_segment_stored(backup_id, &job.vhost, &job.queue, &meta)?;
+            }
+            Ok(meta)
         });
         // The storage may have taken the file over; otherwise it is removed here.
         let _ = std::fs::remove_file(&path);

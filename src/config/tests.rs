@@ -861,16 +861,6 @@ fn not_yet_supported() {
         backup(),
         "continuous backup (backup.stop_at_current_depth: false) is not supported yet",
     );
-    check(
-        &|c| c.offset_storage = Some(OffsetStorageConfig::default()),
-        backup(),
-        "offset_storage is not supported yet",
-    );
-    check(
-        &|c| c.restore.checkpoint_state = Some("/tmp/r.db".into()),
-        restore(),
-        "restore.checkpoint_state: resumable restore is not supported yet",
-    );
     // Disabled or irrelevant settings are accepted.
     let mut c = backup();
     c.source.as_mut().expect("source").tls = Some(TlsConfig {

@@ -187,14 +187,6 @@ impl Config {
                 )));
             }
         }
-        if self.offset_storage.is_some() {
-            return Err(config_err("offset_storage is not supported yet"));
-        }
-        if self.mode == Mode::Restore && self.restore.checkpoint_state.is_some() {
-            return Err(config_err(
-                "restore.checkpoint_state: resumable restore is not supported yet",
-            ));
-        }
         Ok(())
     }
 }
