@@ -9,21 +9,29 @@
 //! Every publish is `mandatory`, so a message the target cannot route comes back
 //! (`basic.return`) and is counted as failed instead of vanishing. Any failed message fails the
 //! run (exit 1) after every queue was tried.
+//!
+//! - this file: the plan, definitions, created queues, the queue threads, the summary;
+//! - `segments`: fetching, verifying and decoding a queue's segments, and the time window;
+//! - `publish`: publishing with confirms, the rate limit, and the restore checkpoint.
 
-use crate::amqp::{AmqpUrl, Channel, ConnectOptions, Connection};
+mod publish;
+mod segments;
+
+use crate::amqp::{AmqpUrl, ConnectOptions, Connection};
 use crate::broker::QueueType;
 use crate::checkpoint::{Checkpoints, RestoreKey};
 use crate::config::{Config, PublishMode, RestoreOptions, TargetConfig};
 use crate::definitions::{self, ImportSummary};
 use crate::error::{Error, Result};
 use crate::management::ManagementClient;
-use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
-use crate::metrics::{self, Counter, RestoreQueueMetrics};
+use crate::manifest::{self, Manifest, QueueBackup};
+use crate::metrics::{self, Counter};
 use crate::progress;
-use crate::record::{decode_record, BackupRecord};
-use crate::segment::{sha256_file, SegmentReader};
-use crate::spool::{spawn_named, unique_file, SpoolDir};
+use crate::record::BackupRecord;
+use crate::spool::{spawn_named, SpoolDir};
 use crate::storage::Storage;
+use publish::{settle, Publisher, QueueCheckpoint, RateLimiter};
+use segments::{decode_segments, segment_in_window};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,14 +39,8 @@ use std::time::{Duration, Instant};
 
 /// Confirm batches allowed in flight: up to `produce_batch_size` × this many unconfirmed publishes.
 const BATCHES_IN_FLIGHT: u64 = 10;
-/// Records per batch from the segment decoder to the publisher.
-const RECORD_BATCH: usize = 256;
-/// Body bytes per batch from the segment decoder to the publisher.
-const RECORD_BATCH_BYTES: usize = 1 << 20;
 /// Batches in flight between the decoder and the publisher.
 const RECORD_BATCHES: usize = 4;
-/// Longest wait for the broker to confirm a window of publishes.
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What a restore did (or, in a dry run, would do).
 #[derive(Debug, Clone, Default)]
@@ -317,22 +319,6 @@ pub fn plan(manifest: &Manifest, opts: &RestoreOptions) -> Vec<QueueRestore> {
         .collect()
 }
 
-/// True when a segment may hold records inside the time window.
-fn segment_in_window(s: &SegmentMetadata, opts: &RestoreOptions) -> bool {
-    let after_start = opts
-        .time_window_start
-        .is_none_or(|start| s.last_timestamp.is_none_or(|last| last >= start));
-    let before_end = opts
-        .time_window_end
-        .is_none_or(|end| s.first_timestamp.is_none_or(|first| first <= end));
-    after_start && before_end
-}
-
-fn in_window(backed_up_at: i64, opts: &RestoreOptions) -> bool {
-    opts.time_window_start.is_none_or(|s| backed_up_at >= s)
-        && opts.time_window_end.is_none_or(|e| backed_up_at <= e)
-}
-
 /// Dry run: every segment the manifest lists must be in storage with its recorded size.
 fn check_segments_exist(storage: &dyn Storage, manifest: &Manifest) -> Result<()> {
     for q in &manifest.queues {
@@ -379,14 +365,6 @@ fn create_missing_queues(mgmt: &ManagementClient, plan: &[QueueRestore]) -> Resu
         );
     }
     Ok(())
-}
-
-/// A queue's place in the restore checkpoint database (`restore.checkpoint_state`).
-struct QueueCheckpoint<'a> {
-    store: &'a Checkpoints,
-    key: RestoreKey,
-    /// `restore.checkpoint_interval_secs`.
-    interval: Duration,
 }
 
 /// Restores one queue of the backup on its own connection.
@@ -529,330 +507,5 @@ fn restore_queue(
     Ok(())
 }
 
-/// Fetches each segment of `backup` that meets the time window into a spool file, verifies
-/// it (CRC32), decodes its records and sends them in batches, in order. Records outside the
-/// window are counted in `outside_window`. The first `skip` records inside the window (those
-/// an earlier run published) are left out; whole segments of them are not even fetched when
-/// no time window is set.
-fn decode_segments(
-    opts: &RestoreOptions,
-    storage: &dyn Storage,
-    spool: &Path,
-    backup: &QueueBackup,
-    tx: &crossbeam_channel::Sender<Vec<BackupRecord>>,
-    outside_window: &AtomicU64,
-    mut skip: u64,
-) -> Result<()> {
-    let windowless = opts.time_window_start.is_none() && opts.time_window_end.is_none();
-    for segment in backup
-        .segments
-        .iter()
-        .filter(|s| segment_in_window(s, opts))
-    {
-        if windowless && skip >= segment.record_count {
-            skip -= segment.record_count;
-            continue;
-        }
-        let path = unique_file(spool, &segment.key);
-        let result = (|| -> Result<()> {
-            storage.get_to_file(&segment.key, &path)?;
-            let reader = verified_segment(&path, segment)?;
-            log::debug!(
-                "segment {}: {} records",
-                segment.key,
-                reader.header().record_count
-            );
-            log::trace!(
-                "segment {} verified: {} bytes, sha256 {}, timestamps {:?}..{:?}",
-                segment.key,
-                segment.size_bytes,
-                segment.checksum,
-                segment.first_timestamp,
-                segment.last_timestamp
-            );
-            let mut batch = Vec::with_capacity(RECORD_BATCH);
-            let mut batch_bytes = 0usize;
-            for json in reader.records() {
-                let record = decode_record(&json?)?;
-                if !in_window(record.backed_up_at, opts) {
-                    outside_window.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                if skip > 0 {
-                    skip -= 1;
-                    continue;
-                }
-                batch_bytes += record.body().len();
-                batch.push(record);
-                if batch.len() >= RECORD_BATCH || batch_bytes >= RECORD_BATCH_BYTES {
-                    batch_bytes = 0;
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(RECORD_BATCH));
-                    if tx.send(full).is_err() {
-                        return Ok(()); // the publisher stopped; it reports why
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                let _ = tx.send(batch);
-            }
-            Ok(())
-        })();
-        let _ = std::fs::remove_file(&path);
-        result?;
-    }
-    Ok(())
-}
-
-/// Opens a fetched segment and checks it against the manifest before anything of it is
-/// published: CRC32 (in `SegmentReader::open`), SHA-256 and record count, so a segment that
-/// is not the one the backup wrote (a leftover of another run, a damaged file) is refused.
-fn verified_segment(path: &Path, segment: &SegmentMetadata) -> Result<SegmentReader> {
-    let with_key =
-        |e: Error| Error::Serialization(format!("{} (segment {})", e.message(), segment.key));
-    let reader = SegmentReader::open(path).map_err(with_key)?;
-    let sha = sha256_file(path)?;
-    if sha != segment.checksum {
-        return Err(with_key(Error::Serialization(format!(
-            "SHA-256 mismatch: expected {}, got {sha}",
-            segment.checksum
-        ))));
-    }
-    if reader.header().record_count != segment.record_count {
-        return Err(with_key(Error::Serialization(format!(
-            "Expected {} records but found {}",
-            segment.record_count,
-            reader.header().record_count
-        ))));
-    }
-    Ok(reader)
-}
-
-/// What publishing one queue needs besides the records.
-struct Publisher<'a> {
-    channel: &'a Channel,
-    opts: &'a RestoreOptions,
-    limiter: &'a RateLimiter,
-    /// Unconfirmed publishes allowed in flight.
-    window: u64,
-    m: &'a RestoreQueueMetrics,
-    /// Body bytes published (the progress display).
-    bytes: &'a Counter,
-    checkpoint: Option<&'a QueueCheckpoint<'a>>,
-}
-
-impl Publisher<'_> {
-    /// Publishes the decoded records as they arrive, keeping at most `window` unconfirmed,
-    /// and counts each publish. With a checkpoint and publisher confirms, every
-    /// `checkpoint_interval_secs` it waits for every confirm and records the published prefix
-    /// (never while any record of the queue failed: a rerun must publish that one again).
-    /// Stops at SIGTERM/SIGINT after the confirms of what it published, checkpointed.
-    fn publish_records(
-        &self,
-        rx: &crossbeam_channel::Receiver<Vec<BackupRecord>>,
-        entry: &mut QueueRestore,
-    ) -> Result<()> {
-        let (channel, opts, m) = (self.channel, self.opts, self.m);
-        let mut last_checkpoint = Instant::now();
-        for batch in rx.iter() {
-            for mut record in batch {
-                // Take the names out so the record can move into its properties and body.
-                let (from_exchange, from_key) = (
-                    std::mem::take(&mut record.exchange),
-                    std::mem::take(&mut record.routing_key),
-                );
-                let (exchange, routing_key) =
-                    target_of(&from_exchange, &from_key, opts, &entry.target_queue);
-                let (properties, body) = record.into_amqp();
-                self.limiter.acquire();
-                channel.basic_publish(exchange, routing_key, true, &properties, &body)?;
-                entry.published += 1;
-                m.published.inc();
-                self.bytes.add(body.len() as u64);
-                if channel.outstanding_confirms() >= self.window {
-                    settle(channel, self.window / 2, entry, m)?;
-                } else if !opts.publisher_confirms && entry.published.is_multiple_of(self.window) {
-                    settle(channel, 0, entry, m)?; // collects the returns so far
-                }
-            }
-            // Counts the confirms so far without waiting: the metrics stay current.
-            settle(channel, u64::MAX, entry, m)?;
-            if let Some(why) = crate::signals::stop_reason("restore") {
-                settle(channel, 0, entry, m)?;
-                self.save_checkpoint(entry)?;
-                return Err(Error::Io(why));
-            }
-            if self
-                .checkpoint
-                .is_some_and(|cp| last_checkpoint.elapsed() >= cp.interval)
-            {
-                settle(channel, 0, entry, m)?;
-                self.save_checkpoint(entry)?;
-                last_checkpoint = Instant::now();
-            }
-        }
-        Ok(())
-    }
-
-    /// Records the published prefix of the queue, when every publish so far is confirmed.
-    fn save_checkpoint(&self, entry: &QueueRestore) -> Result<()> {
-        let Some(cp) = self.checkpoint else {
-            return Ok(());
-        };
-        if !self.opts.publisher_confirms || entry.failed > 0 {
-            return Ok(());
-        }
-        let done = entry.done_earlier + entry.published;
-        cp.store.restore_progress(&cp.key, done, false)?;
-        log::debug!(
-            "queue {} in vhost {}: checkpoint at {done} records",
-            entry.target_queue,
-            entry.target_vhost
-        );
-        Ok(())
-    }
-}
-
-/// Where a record published to `exchange` with `routing_key` goes: (exchange, routing key)
-/// by `publish_mode` and the mappings.
-fn target_of<'a>(
-    exchange: &'a str,
-    routing_key: &'a str,
-    opts: &'a RestoreOptions,
-    target_queue: &'a str,
-) -> (&'a str, &'a str) {
-    match opts.publish_mode {
-        PublishMode::DirectToQueue => ("", target_queue),
-        // The default exchange routes by queue name: follow the queue mapping.
-        PublishMode::Exchange if exchange.is_empty() => (
-            "",
-            opts.queue_mapping
-                .get(routing_key)
-                .map_or(routing_key, String::as_str),
-        ),
-        PublishMode::Exchange => (
-            opts.exchange_mapping
-                .get(exchange)
-                .map_or(exchange, String::as_str),
-            routing_key,
-        ),
-    }
-}
-
-/// Waits until at most `max_outstanding` publishes are unconfirmed and counts the outcome:
-/// nacks and returns are failures, every other settled publish is confirmed (in `entry` and in
-/// the metrics `m`).
-fn settle(
-    channel: &Channel,
-    max_outstanding: u64,
-    entry: &mut QueueRestore,
-    m: &RestoreQueueMetrics,
-) -> Result<()> {
-    let (failed_before, confirmed_before) = (entry.failed, entry.confirmed);
-    let confirm_mode = channel.confirm_mode();
-    let status = channel.wait_for_confirms(max_outstanding, CONFIRM_TIMEOUT)?;
-    for r in &status.returned {
-        log::error!(
-            "message returned by the target: {} {} (exchange '{}', routing key '{}')",
-            r.reply_code,
-            r.reply_text,
-            r.exchange,
-            r.routing_key
-        );
-    }
-    let nacked = status.nacked.len() as u64;
-    if nacked > 0 {
-        log::error!(
-            "{nacked} message(s) nacked by the target broker for queue {}",
-            entry.target_queue
-        );
-    }
-    entry.failed += nacked + status.returned.len() as u64;
-    if confirm_mode {
-        let settled = entry.published - channel.outstanding_confirms();
-        entry.confirmed = settled.saturating_sub(entry.failed);
-    }
-    m.failed.add(entry.failed - failed_before);
-    m.confirmed
-        .add(entry.confirmed.saturating_sub(confirmed_before));
-    Ok(())
-}
-
-/// Spaces publishes to at most `rate` per second over all queues (0 = unlimited).
-struct RateLimiter {
-    rate: u64,
-    started: Instant,
-    issued: AtomicU64,
-}
-
-impl RateLimiter {
-    fn new(rate: u64) -> Self {
-        RateLimiter {
-            rate,
-            started: Instant::now(),
-            issued: AtomicU64::new(0),
-        }
-    }
-
-    fn acquire(&self) {
-        if self.rate == 0 {
-            return;
-        }
-        let n = self.issued.fetch_add(1, Ordering::Relaxed);
-        let due = Duration::from_nanos(n.saturating_mul(1_000_000_000) / self.rate);
-        let now = self.started.elapsed();
-        if due > now {
-            std::thread::sleep(due - now);
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rate_limiter_spaces_publishes() {
-        let l = RateLimiter::new(200);
-        let t = Instant::now();
-        for _ in 0..41 {
-            l.acquire();
-        }
-        // 41 permits at 200/s: the last is due 200 ms after the first.
-        assert!(t.elapsed() >= Duration::from_millis(195));
-        let unlimited = RateLimiter::new(0);
-        unlimited.acquire();
-        assert_eq!(
-            unlimited.issued.load(Ordering::Relaxed),
-            0,
-            "0 means no limiter at all"
-        );
-    }
-
-    #[test]
-    fn window_filters() {
-        let opts = RestoreOptions {
-            time_window_start: Some(100),
-            time_window_end: Some(200),
-            ..Default::default()
-        };
-        assert!(!in_window(99, &opts));
-        assert!(in_window(100, &opts));
-        assert!(in_window(200, &opts));
-        assert!(!in_window(201, &opts));
-        let seg = |first, last| SegmentMetadata {
-            key: "k".into(),
-            sequence: 1,
-            record_count: 1,
-            size_bytes: 1,
-            uncompressed_bytes: 1,
-            first_timestamp: Some(first),
-            last_timestamp: Some(last),
-            checksum: String::new(),
-        };
-        assert!(!segment_in_window(&seg(10, 99), &opts));
-        assert!(segment_in_window(&seg(10, 100), &opts));
-        assert!(segment_in_window(&seg(150, 160), &opts));
-        assert!(segment_in_window(&seg(200, 300), &opts));
-        assert!(!segment_in_window(&seg(201, 300), &opts));
-    }
-}
+mod tests;

@@ -1,0 +1,203 @@
+//! Publishing one queue's records to the target: names mapped by publish mode, every publish
+//! `mandatory`, publisher confirms with a bounded window, the rate limit shared by all queues,
+//! and the restore checkpoint of the confirmed prefix (`restore.checkpoint_state`).
+
+use super::QueueRestore;
+use crate::amqp::Channel;
+use crate::checkpoint::{Checkpoints, RestoreKey};
+use crate::config::{PublishMode, RestoreOptions};
+use crate::error::{Error, Result};
+use crate::metrics::{Counter, RestoreQueueMetrics};
+use crate::record::BackupRecord;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest wait for the broker to confirm a window of publishes.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A queue's place in the restore checkpoint database (`restore.checkpoint_state`).
+pub(super) struct QueueCheckpoint<'a> {
+    pub(super) store: &'a Checkpoints,
+    pub(super) key: RestoreKey,
+    /// `restore.checkpoint_interval_secs`.
+    pub(super) interval: Duration,
+}
+
+/// What publishing one queue needs besides the records.
+pub(super) struct Publisher<'a> {
+    pub(super) channel: &'a Channel,
+    pub(super) opts: &'a RestoreOptions,
+    pub(super) limiter: &'a RateLimiter,
+    /// Unconfirmed publishes allowed in flight.
+    pub(super) window: u64,
+    pub(super) m: &'a RestoreQueueMetrics,
+    /// Body bytes published (the progress display).
+    pub(super) bytes: &'a Counter,
+    pub(super) checkpoint: Option<&'a QueueCheckpoint<'a>>,
+}
+
+impl Publisher<'_> {
+    /// Publishes the decoded records as they arrive, keeping at most `window` unconfirmed,
+    /// and counts each publish. With a checkpoint and publisher confirms, every
+    /// `checkpoint_interval_secs` it waits for every confirm and records the published prefix
+    /// (never while any record of the queue failed: a rerun must publish that one again).
+    /// Stops at SIGTERM/SIGINT after the confirms of what it published, checkpointed.
+    pub(super) fn publish_records(
+        &self,
+        rx: &crossbeam_channel::Receiver<Vec<BackupRecord>>,
+        entry: &mut QueueRestore,
+    ) -> Result<()> {
+        let (channel, opts, m) = (self.channel, self.opts, self.m);
+        let mut last_checkpoint = Instant::now();
+        for batch in rx.iter() {
+            for mut record in batch {
+                // Take the names out so the record can move into its properties and body.
+                let (from_exchange, from_key) = (
+                    std::mem::take(&mut record.exchange),
+                    std::mem::take(&mut record.routing_key),
+                );
+                let (exchange, routing_key) =
+                    target_of(&from_exchange, &from_key, opts, &entry.target_queue);
+                let (properties, body) = record.into_amqp();
+                self.limiter.acquire();
+                channel.basic_publish(exchange, routing_key, true, &properties, &body)?;
+                entry.published += 1;
+                m.published.inc();
+                self.bytes.add(body.len() as u64);
+                if channel.outstanding_confirms() >= self.window {
+                    settle(channel, self.window / 2, entry, m)?;
+                } else if !opts.publisher_confirms && entry.published.is_multiple_of(self.window) {
+                    settle(channel, 0, entry, m)?; // collects the returns so far
+                }
+            }
+            // Counts the confirms so far without waiting: the metrics stay current.
+            settle(channel, u64::MAX, entry, m)?;
+            if let Some(why) = crate::signals::stop_reason("restore") {
+                settle(channel, 0, entry, m)?;
+                self.save_checkpoint(entry)?;
+                return Err(Error::Io(why));
+            }
+            if self
+                .checkpoint
+                .is_some_and(|cp| last_checkpoint.elapsed() >= cp.interval)
+            {
+                settle(channel, 0, entry, m)?;
+                self.save_checkpoint(entry)?;
+                last_checkpoint = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the published prefix of the queue, when every publish so far is confirmed.
+    fn save_checkpoint(&self, entry: &QueueRestore) -> Result<()> {
+        let Some(cp) = self.checkpoint else {
+            return Ok(());
+        };
+        if !self.opts.publisher_confirms || entry.failed > 0 {
+            return Ok(());
+        }
+        let done = entry.done_earlier + entry.published;
+        cp.store.restore_progress(&cp.key, done, false)?;
+        log::debug!(
+            "queue {} in vhost {}: checkpoint at {done} records",
+            entry.target_queue,
+            entry.target_vhost
+        );
+        Ok(())
+    }
+}
+
+/// Where a record published to `exchange` with `routing_key` goes: (exchange, routing key)
+/// by `publish_mode` and the mappings.
+fn target_of<'a>(
+    exchange: &'a str,
+    routing_key: &'a str,
+    opts: &'a RestoreOptions,
+    target_queue: &'a str,
+) -> (&'a str, &'a str) {
+    match opts.publish_mode {
+        PublishMode::DirectToQueue => ("", target_queue),
+        // The default exchange routes by queue name: follow the queue mapping.
+        PublishMode::Exchange if exchange.is_empty() => (
+            "",
+            opts.queue_mapping
+                .get(routing_key)
+                .map_or(routing_key, String::as_str),
+        ),
+        PublishMode::Exchange => (
+            opts.exchange_mapping
+                .get(exchange)
+                .map_or(exchange, String::as_str),
+            routing_key,
+        ),
+    }
+}
+
+/// Waits until at most `max_outstanding` publishes are unconfirmed and counts the outcome:
+/// nacks and returns are failures, every other settled publish is confirmed (in `entry` and in
+/// the metrics `m`).
+pub(super) fn settle(
+    channel: &Channel,
+    max_outstanding: u64,
+    entry: &mut QueueRestore,
+    m: &RestoreQueueMetrics,
+) -> Result<()> {
+    let (failed_before, confirmed_before) = (entry.failed, entry.confirmed);
+    let confirm_mode = channel.confirm_mode();
+    let status = channel.wait_for_confirms(max_outstanding, CONFIRM_TIMEOUT)?;
+    for r in &status.returned {
+        log::error!(
+            "message returned by the target: {} {} (exchange '{}', routing key '{}')",
+            r.reply_code,
+            r.reply_text,
+            r.exchange,
+            r.routing_key
+        );
+    }
+    let nacked = status.nacked.len() as u64;
+    if nacked > 0 {
+        log::error!(
+            "{nacked} message(s) nacked by the target broker for queue {}",
+            entry.target_queue
+        );
+    }
+    entry.failed += nacked + status.returned.len() as u64;
+    if confirm_mode {
+        let settled = entry.published - channel.outstanding_confirms();
+        entry.confirmed = settled.saturating_sub(entry.failed);
+    }
+    m.failed.add(entry.failed - failed_before);
+    m.confirmed
+        .add(entry.confirmed.saturating_sub(confirmed_before));
+    Ok(())
+}
+
+/// Spaces publishes to at most `rate` per second over all queues (0 = unlimited).
+pub(super) struct RateLimiter {
+    rate: u64,
+    started: Instant,
+    pub(super) issued: AtomicU64,
+}
+
+impl RateLimiter {
+    pub(super) fn new(rate: u64) -> Self {
+        RateLimiter {
+            rate,
+            started: Instant::now(),
+            issued: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn acquire(&self) {
+        if self.rate == 0 {
+            return;
+        }
+        let n = self.issued.fetch_add(1, Ordering::Relaxed);
+        let due = Duration::from_nanos(n.saturating_mul(1_000_000_000) / self.rate);
+        let now = self.started.elapsed();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+    }
+}
