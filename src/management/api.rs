@@ -1,0 +1,325 @@
+//! The management API calls the tool makes (SPEC.md "Calls the tool makes to the broker's
+//! management API") and the shapes of their answers: queues, overview, nodes, definitions,
+//! vhosts, permissions. The HTTP plumbing (timeouts, retries, errors) is the parent's.
+
+use super::{
+    encode_segment, ManagementClient, Method, DEFINITIONS_TIMEOUT, PAGE_SIZE, QUEUE_COLUMNS,
+    REQUEST_TIMEOUT,
+};
+use crate::broker::QueueType;
+use crate::error::{Error, Result};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::HashSet;
+
+/// One queue as listed by `GET /api/queues` (fields of the management API).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueInfo {
+    /// Virtual host name (`/` for the default vhost).
+    pub vhost: String,
+    /// Exact queue name.
+    pub name: String,
+    /// Parsed queue type; `None` for types this tool does not know (plugins).
+    pub queue_type: Option<QueueType>,
+    /// The API's raw `type` field (`classic`, `quorum`, `stream`, ...); empty when absent.
+    pub type_name: String,
+    /// Message count: `messages`, else `messages_ready + messages_unacknowledged`, else 0 (stats not
+    /// emitted yet, e.g. a queue declared a moment ago).
+    pub messages: u64,
+    /// Durable flag.
+    pub durable: bool,
+    /// Auto-delete flag.
+    pub auto_delete: bool,
+    /// Exclusive flag (`exclusive` field; false when absent).
+    pub exclusive: bool,
+    /// Queue arguments (`x-queue-type`, `x-max-length`, ...).
+    pub arguments: Map<String, Value>,
+    /// Name of the policy applied to the queue, if any.
+    pub policy: Option<String>,
+    /// Definition of the effective policy (empty when none).
+    pub effective_policy_definition: Map<String, Value>,
+}
+
+/// The queue object as the API sends it; every field optional since `columns` and stats vary.
+#[derive(Deserialize)]
+pub(super) struct RawQueue {
+    #[serde(default)]
+    vhost: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default, rename = "type")]
+    type_name: Option<String>,
+    #[serde(default)]
+    messages: Option<u64>,
+    #[serde(default)]
+    messages_ready: Option<u64>,
+    #[serde(default)]
+    messages_unacknowledged: Option<u64>,
+    #[serde(default)]
+    durable: Option<bool>,
+    #[serde(default)]
+    auto_delete: Option<bool>,
+    #[serde(default)]
+    exclusive: Option<bool>,
+    #[serde(default)]
+    arguments: Option<Value>,
+    #[serde(default)]
+    policy: Option<Value>,
+    #[serde(default)]
+    effective_policy_definition: Option<Value>,
+}
+
+/// Turns a JSON value into a map; `[]` (how the broker sometimes renders an empty map) and `null`
+/// give an empty map.
+fn value_to_map(v: Option<Value>) -> Map<String, Value> {
+    match v {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
+}
+
+impl From<RawQueue> for QueueInfo {
+    fn from(r: RawQueue) -> Self {
+        let messages = match (r.messages, r.messages_ready, r.messages_unacknowledged) {
+            (Some(m), _, _) => m,
+            (None, None, None) => 0,
+            (None, ready, unacked) => ready.unwrap_or(0).saturating_add(unacked.unwrap_or(0)),
+        };
+        let type_name = r.type_name.unwrap_or_default();
+        let policy = match r.policy {
+            Some(Value::String(s)) if !s.is_empty() => Some(s),
+            _ => None,
+        };
+        QueueInfo {
+            vhost: r.vhost,
+            name: r.name,
+            queue_type: QueueType::from_api(&type_name),
+            type_name,
+            messages,
+            durable: r.durable.unwrap_or(false),
+            auto_delete: r.auto_delete.unwrap_or(false),
+            exclusive: r.exclusive.unwrap_or(false),
+            arguments: value_to_map(r.arguments),
+            policy,
+            effective_policy_definition: value_to_map(r.effective_policy_definition),
+        }
+    }
+}
+
+/// One page of a paginated listing.
+#[derive(Deserialize)]
+struct Page<T> {
+    #[serde(default = "Vec::new")]
+    items: Vec<T>,
+    #[serde(default)]
+    page_count: u64,
+}
+
+/// Cluster identity from `GET /api/overview`, written to the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Overview {
+    /// `cluster_name` field.
+    #[serde(default)]
+    pub cluster_name: Option<String>,
+    /// `rabbitmq_version` field (e.g. `3.10.8`).
+    #[serde(default, rename = "rabbitmq_version")]
+    pub broker_version: Option<String>,
+}
+
+/// Memory use of one node from `GET /api/nodes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeMemory {
+    /// Node name (`rabbit@host`).
+    pub name: String,
+    /// Memory used, in bytes (0 when not reported).
+    pub mem_used: u64,
+    /// Memory high watermark, in bytes (0 when not reported).
+    pub mem_limit: u64,
+    /// True while the node's memory alarm is raised (publishers are blocked).
+    pub mem_alarm: bool,
+}
+
+#[derive(Deserialize)]
+struct RawNode {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    mem_used: Option<u64>,
+    #[serde(default)]
+    mem_limit: Option<u64>,
+    #[serde(default)]
+    mem_alarm: Option<bool>,
+}
+
+impl ManagementClient {
+    /// Lists every queue of every vhost the user can see (`GET /api/queues`, paginated 500 per
+    /// page, only the columns [`QueueInfo`] needs). A queue seen twice while pages shift is kept
+    /// once. Errors: see the module documentation.
+    pub fn list_queues(&self) -> Result<Vec<QueueInfo>> {
+        let mut out = Vec::new();
+        let mut seen: HashSet<(String, String)> = HashSet::new();
+        let mut page: u64 = 1;
+        loop {
+            let query = format!("page={page}&page_size={PAGE_SIZE}&columns={QUEUE_COLUMNS}");
+            let p: Page<RawQueue> = self.get_json("/api/queues", Some(&query))?;
+            for raw in p.items {
+                if seen.insert((raw.vhost.clone(), raw.name.clone())) {
+                    out.push(QueueInfo::from(raw));
+                }
+            }
+            if page >= p.page_count {
+                break;
+            }
+            page += 1;
+        }
+        Ok(out)
+    }
+
+    /// One queue (`GET /api/queues/{vhost}/{name}`). A missing queue or vhost gives
+    /// `HTTP 404 for GET /api/queues/<vhost>/<name>`.
+    pub fn get_queue(&self, vhost: &str, name: &str) -> Result<QueueInfo> {
+        let path = format!(
+            "/api/queues/{}/{}",
+            encode_segment(vhost),
+            encode_segment(name)
+        );
+        let query = format!("columns={QUEUE_COLUMNS}");
+        let raw: RawQueue = self.get_json(&path, Some(&query))?;
+        Ok(QueueInfo::from(raw))
+    }
+
+    /// Cluster name and broker version (`GET /api/overview`); needs the monitoring or
+    /// administrator tag (SPEC.md "Authentication").
+    pub fn overview(&self) -> Result<Overview> {
+        self.get_json(
+            "/api/overview",
+            Some("columns=cluster_name,rabbitmq_version"),
+        )
+    }
+
+    /// The broker's definitions as the raw JSON bytes of `GET /api/definitions` (up to 1 GiB).
+    pub fn export_definitions(&self) -> Result<Vec<u8>> {
+        let (_, body) = self.request(
+            Method::Get,
+            "/api/definitions",
+            None,
+            None,
+            DEFINITIONS_TIMEOUT,
+            false,
+        )?;
+        Ok(body)
+    }
+
+    /// Imports definitions (`POST /api/definitions` with the JSON as body); needs the
+    /// administrator tag. Invalid or conflicting definitions give `HTTP 400`/`HTTP 500 for POST
+    /// /api/definitions: <reason>`.
+    pub fn import_definitions(&self, json: &[u8]) -> Result<()> {
+        self.request(
+            Method::Post,
+            "/api/definitions",
+            None,
+            Some(json),
+            DEFINITIONS_TIMEOUT,
+            false,
+        )?;
+        Ok(())
+    }
+
+    /// Creates a vhost (`PUT /api/vhosts/{name}`); existing vhosts are left as they are.
+    pub fn create_vhost(&self, name: &str) -> Result<()> {
+        let path = format!("/api/vhosts/{}", encode_segment(name));
+        self.request(
+            Method::Put,
+            &path,
+            None,
+            Some(b"{}"),
+            REQUEST_TIMEOUT,
+            false,
+        )?;
+        Ok(())
+    }
+
+    /// Deletes a vhost and everything in it (`DELETE /api/vhosts/{name}`); a missing vhost is not
+    /// an error.
+    pub fn delete_vhost(&self, name: &str) -> Result<()> {
+        let path = format!("/api/vhosts/{}", encode_segment(name));
+        self.request(Method::Delete, &path, None, None, REQUEST_TIMEOUT, true)?;
+        Ok(())
+    }
+
+    /// Declares a queue (`PUT /api/queues/{vhost}/{name}` with `durable`, `auto_delete: false` and
+    /// `arguments`, e.g. `{"x-queue-type": "quorum"}`). Declaring an existing queue with the same
+    /// properties succeeds; different properties give `HTTP 400 for PUT ...: <reason>`.
+    pub fn declare_queue(
+        &self,
+        vhost: &str,
+        name: &str,
+        durable: bool,
+        arguments: &Map<String, Value>,
+    ) -> Result<()> {
+        let path = format!(
+            "/api/queues/{}/{}",
+            encode_segment(vhost),
+            encode_segment(name)
+        );
+        let body = serde_json::json!({
+            "durable": durable,
+            "auto_delete": false,
+            "arguments": arguments,
+        });
+        let bytes = serde_json::to_vec(&body)
+            .map_err(|e| Error::Serialization(format!("queue declaration: {e}")))?;
+        self.request(
+            Method::Put,
+            &path,
+            None,
+            Some(&bytes),
+            REQUEST_TIMEOUT,
+            false,
+        )?;
+        Ok(())
+    }
+
+    /// Deletes a queue and its messages (`DELETE /api/queues/{vhost}/{name}`); a missing queue is
+    /// not an error.
+    pub fn delete_queue(&self, vhost: &str, name: &str) -> Result<()> {
+        let path = format!(
+            "/api/queues/{}/{}",
+            encode_segment(vhost),
+            encode_segment(name)
+        );
+        self.request(Method::Delete, &path, None, None, REQUEST_TIMEOUT, true)?;
+        Ok(())
+    }
+
+    /// Grants `user` full permissions (configure, write and read `.*`) on `vhost`
+    /// (`PUT /api/permissions/{vhost}/{user}`).
+    pub fn set_permissions(&self, vhost: &str, user: &str) -> Result<()> {
+        let path = format!(
+            "/api/permissions/{}/{}",
+            encode_segment(vhost),
+            encode_segment(user)
+        );
+        let body = br#"{"configure":".*","write":".*","read":".*"}"#;
+        self.request(Method::Put, &path, None, Some(body), REQUEST_TIMEOUT, false)?;
+        Ok(())
+    }
+
+    /// Memory use and alarm state of every node (`GET /api/nodes`), used to check headroom before
+    /// holding a whole queue unacknowledged (DESIGN.md decision 7).
+    pub fn nodes_memory(&self) -> Result<Vec<NodeMemory>> {
+        let raw: Vec<RawNode> = self.get_json(
+            "/api/nodes",
+            Some("columns=name,mem_used,mem_limit,mem_alarm"),
+        )?;
+        Ok(raw
+            .into_iter()
+            .map(|n| NodeMemory {
+                name: n.name,
+                mem_used: n.mem_used.unwrap_or(0),
+                mem_limit: n.mem_limit.unwrap_or(0),
+                mem_alarm: n.mem_alarm.unwrap_or(false),
+            })
+            .collect())
+    }
+}
