@@ -1,4 +1,3 @@
-
 use super::publish::RateLimiter;
 use super::segments::{in_window, segment_in_window};
 use super::*;
