@@ -7,9 +7,14 @@
 //! - [`amqp`]: the synchronous AMQP 0-9-1 client; [`management`]: the management HTTP API;
 //! - [`reader`]: reading a queue without losing it (the requeue strategies);
 //! - [`record`], [`segment`], [`manifest`]: the backup format; [`storage`]: where it is kept;
-//! - [`backup`], [`restore`], [`definitions`], [`inspect`]: the jobs; [`lock`]: a running
-//!   backup's heartbeat; [`cli`]: the command line;
-//! - [`metrics`]: the metrics, health and their HTTP server; [`progress`]: progress on a terminal.
+//! - [`checkpoint`]: the checkpoint databases of resumable runs; [`lock`]: a running backup's
+//!   heartbeat;
+//! - [`backup`], [`restore`], [`definitions`], [`inspect`]: the jobs; [`signals`]: graceful stop;
+//!   [`cli`]: the command line;
+//! - [`metrics`]: the metrics, health and their HTTP server; [`progress`]: progress on a
+//!   terminal; [`units`]: numbers for people.
+//!
+//! ARCHITECTURE.md is the map.
 
 pub mod amqp;
 pub mod backup;
