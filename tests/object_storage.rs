@@ -159,10 +159,11 @@ fn round_trip(tag: &str, backend: &Backend) {
     assert_eq!(out.status.code(), Some(0), "restore: {stdout}\n{stderr}");
 
     let tconn = connect(&target);
-    for ((name, _), msgs) in queues.iter().zip(&expected) {
-        assert_same(
-            msgs,
+    for ((name, kind), msgs) in queues.iter().zip(&expected) {
+        assert_same_as(
+            &as_restored(msgs),
             &peek(&tconn, name, msgs.len()),
+            Headers::of(kind),
             &format!("restored {name}"),
         );
         assert_eq!(depth(&tconn, name) as usize, msgs.len(), "{name}");

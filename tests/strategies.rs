@@ -1,5 +1,5 @@
 //! Every `requeue_strategy` on classic and quorum queues keeps every message in the broker, in
-//! order, and backs up the whole depth (SPEC.md "Requeue strategies").
+//! order, and backs up the whole depth, message for message (SPEC.md "Requeue strategies").
 
 mod common;
 
@@ -49,10 +49,18 @@ fn every_strategy_keeps_the_queue_whole_and_in_order() {
                 150,
                 "{strategy} {kind}: depth after backup"
             );
-            assert_same(
+            assert_same_as(
                 &msgs,
                 &peek(&conn, &name, 150),
+                Headers::of(kind),
                 &format!("{strategy} {kind}: source after backup"),
+            );
+            // What the backup holds is what was published, in order.
+            assert_same_as(
+                &as_restored(&msgs),
+                &backed_up(&store, &id, &name),
+                Headers::of(kind),
+                &format!("{strategy} {kind}: the backup's records"),
             );
         }
         // The backed-up records hold the messages in order too.

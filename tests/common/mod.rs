@@ -195,9 +195,14 @@ pub fn diverse_messages(n: usize, seed: u64, with_big: bool) -> Vec<Msg> {
                     rng.bytes(n)
                 }
             };
-            let props = match i % 3 {
+            let props = match i % 6 {
+                // An empty header table, which a queue keeps apart from none.
+                3 => BasicProperties {
+                    headers: Some(Vec::new()),
+                    ..Default::default()
+                },
                 0 => BasicProperties::default(),
-                1 => BasicProperties {
+                1 | 4 => BasicProperties {
                     content_type: Some("application/octet-stream".into()),
                     content_encoding: Some("identity".into()),
                     headers: Some(every_header_type(i)),
@@ -355,32 +360,119 @@ pub fn depth(conn: &Connection, queue: &str) -> u32 {
     last
 }
 
-/// Headers sorted by key, without the broker's own `x-delivery-count` (quorum queues add it on
-/// redelivery) — header tables are maps; the broker may reorder keys (ENVIRONMENT.md).
-pub fn comparable(props: &BasicProperties) -> BasicProperties {
+/// How a queue gives header tables back (ENVIRONMENT.md): classic queues keep the keys in
+/// their order on every delivery; quorum queues sort them once a message was requeued (and add
+/// `x-delivery-count`), streams always.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headers {
+    InOrder,
+    Sorted,
+}
+
+impl Headers {
+    /// The header behaviour of a queue of type `kind` (`classic`, `quorum`, `stream`).
+    pub fn of(kind: &str) -> Headers {
+        if kind == "classic" {
+            Headers::InOrder
+        } else {
+            Headers::Sorted
+        }
+    }
+}
+
+/// Properties as compared: without the broker's own `x-delivery-count`, header keys sorted
+/// only for [`Headers::Sorted`]. For a classic queue an empty table and an absent one stay
+/// different; a quorum queue merges them itself (a requeue adds `x-delivery-count` to both),
+/// so for [`Headers::Sorted`] an empty table counts as none.
+pub fn comparable(props: &BasicProperties, headers: Headers) -> BasicProperties {
     let mut p = props.clone();
     if let Some(h) = p.headers.as_mut() {
+        let before = h.len();
         h.retain(|(k, _)| k != "x-delivery-count");
-        h.sort_by(|a, b| a.0.cmp(&b.0));
+        if headers == Headers::Sorted {
+            h.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        if h.is_empty() && (before > 0 || headers == Headers::Sorted) {
+            p.headers = None;
+        }
     }
+    p
+}
+
+/// Asserts that `got` holds exactly `expected`, in order: body, every property, every header
+/// with its type, header keys in their order (a classic queue).
+pub fn assert_same(expected: &[Msg], got: &[Delivery], what: &str) {
+    assert_same_as(expected, got, Headers::InOrder, what);
+}
+
+/// [`assert_same`] for a queue whose header behaviour is `headers`.
+pub fn assert_same_as(expected: &[Msg], got: &[Delivery], headers: Headers, what: &str) {
+    assert_eq!(got.len(), expected.len(), "{what}: message count");
+    for (i, (e, g)) in expected.iter().zip(got).enumerate() {
+        assert_eq!(g.body, e.body, "{what}: body of message {i}");
+        assert_eq!(
+            comparable(&g.properties, headers),
+            comparable(&e.props, headers),
+            "{what}: properties of message {i}"
+        );
+    }
+}
+
+/// What a restore gives back for `msgs`: the record format keeps `headers` as an array, never
+/// null (SPEC.md BackupRecord), so a message published with an empty header table comes back
+/// with none (README "What a backup keeps").
+pub fn as_restored(msgs: &[Msg]) -> Vec<Msg> {
+    msgs.iter()
+        .map(|m| Msg {
+            props: restored_props(&m.props),
+            body: m.body.clone(),
+        })
+        .collect()
+}
+
+/// [`as_restored`] of one message's properties.
+pub fn restored_props(props: &BasicProperties) -> BasicProperties {
+    let mut p = props.clone();
     if p.headers.as_ref().is_some_and(|h| h.is_empty()) {
         p.headers = None;
     }
     p
 }
 
-/// Asserts that `got` holds exactly `expected`, in order: body, every property, every header
-/// with its type.
-pub fn assert_same(expected: &[Msg], got: &[Delivery], what: &str) {
-    assert_eq!(got.len(), expected.len(), "{what}: message count");
-    for (i, (e, g)) in expected.iter().zip(got).enumerate() {
-        assert_eq!(g.body, e.body, "{what}: body of message {i}");
-        assert_eq!(
-            comparable(&g.properties),
-            comparable(&e.props),
-            "{what}: properties of message {i}"
-        );
+/// The messages a backup holds for `queue` (first match by name), decoded from its segments
+/// in order, as a restore would publish them.
+pub fn backed_up(store: &Path, backup_id: &str, queue: &str) -> Vec<Delivery> {
+    use rmq_backup::manifest::Manifest;
+    use rmq_backup::record::decode_record;
+    use rmq_backup::segment::SegmentReader;
+    let m = Manifest::from_json(
+        &std::fs::read(store.join(backup_id).join("manifest.json")).expect("manifest"),
+    )
+    .expect("manifest json");
+    let q = m
+        .queues
+        .iter()
+        .find(|q| q.name == queue)
+        .unwrap_or_else(|| panic!("{queue} not in backup {backup_id}"));
+    let mut out = Vec::new();
+    for s in &q.segments {
+        let reader = SegmentReader::open(&store.join(&s.key)).expect("segment");
+        for json in reader.records() {
+            let record = decode_record(&json.expect("record")).expect("decode");
+            let (delivery_tag, redelivered) = (record.delivery_tag, record.redelivered);
+            let (exchange, routing_key) = (record.exchange.clone(), record.routing_key.clone());
+            let (properties, body) = record.into_amqp();
+            out.push(Delivery {
+                delivery_tag,
+                redelivered,
+                exchange,
+                routing_key,
+                properties,
+                body,
+            });
+        }
     }
+    out
 }
 
 /// A fresh temp directory, removed on drop.
