@@ -140,5 +140,17 @@ fn classic_nack_and_get_backups_leave_the_queue_ready() {
             order.iter().copied().eq(0..N as i64),
             "order kept by the {strategy} backup"
         );
+        // The backup holds every message once, in order, with its body.
+        let saved = backed_up(&store, strategy, "q");
+        assert!(
+            saved.iter().map(seq).eq(0..N as i64),
+            "the {strategy} backup's records"
+        );
+        let mut rng = Rng::new(N as u64);
+        for (i, d) in saved.iter().enumerate() {
+            let mut body = rng.bytes(64);
+            body[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            assert!(d.body == body, "{strategy}: body of record {i}");
+        }
     }
 }
