@@ -262,54 +262,97 @@ fn trace_output_never_shows_a_password() {
 }
 
 /// Every credential field of a configuration (the AMQP URL's password, the management
-/// password, and each storage secret) at trace level, for both jobs: none appears in the output.
-/// The object-storage backends fail at configuration time in this version; the test keeps
-/// them covered as they arrive.
+/// password, and each storage secret) at trace level, for both jobs: none appears in the
+/// output. Each is really used: the storages are the local emulators, which reject the signed
+/// requests; the broker rejects the AMQP login and the management API the password.
 #[test]
 fn trace_output_never_shows_any_credential_field() {
     let dir = TempDir::new("secrets");
     let secret = |field: &str| format!("{field}-S3cr3t-{}", std::process::id());
+    // A real backup to restore from, so that a restore reaches the broker's login.
+    let vh = TestVhost::new("secrets");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", rmq_backup::amqp::FieldTable::new());
+    publish(&ch, "q", &diverse_messages(3, 1, false));
+    let store = dir.path().join("store");
+    let ok = write_config(
+        dir.path(),
+        "ok.yaml",
+        &backup_yaml("restore", &vh.name, &store, ""),
+    );
+    assert_eq!(run_cli(&["backup", "--config", &ok]).status.code(), Some(0));
     let storages = [
-        format!(
-            "  backend: s3\n  bucket: b\n  region: us-east-1\n  endpoint: http://127.0.0.1:1\n  path_style: true\n  allow_http: true\n  access_key: {}\n  secret_key: {}\n",
-            secret("access_key"),
-            secret("secret_key")
+        (
+            "s3",
+            format!(
+                "  backend: s3\n  bucket: b\n  region: us-east-1\n  endpoint: http://127.0.0.1:8333\n  path_style: true\n  allow_http: true\n  access_key: {}\n  secret_key: {}\n",
+                secret("access_key"),
+                secret("secret_key")
+            ),
         ),
-        format!(
-            "  backend: azure\n  account_name: acct\n  container_name: c\n  endpoint: http://127.0.0.1:1/acct\n  account_key: {}\n  client_id: id\n  tenant_id: t\n  client_secret: {}\n  sas_token: {}\n",
-            secret("account_key"),
-            secret("client_secret"),
-            secret("sas_token")
+        (
+            "azure",
+            format!(
+                "  backend: azure\n  account_name: devstoreaccount1\n  container_name: c\n  endpoint: http://127.0.0.1:10000/devstoreaccount1\n  account_key: {}\n  client_id: id\n  tenant_id: t\n  client_secret: {}\n  sas_token: {}\n",
+                base64_secret(&secret("account_key")),
+                secret("client_secret"),
+                secret("sas_token")
+            ),
         ),
-        format!(
-            "  backend: filesystem\n  path: {}\n",
-            dir.path().join("store").display()
+        (
+            "filesystem",
+            format!("  backend: filesystem\n  path: {}\n", store.display()),
         ),
     ];
-    let amqp = format!("amqp://guest:{}@127.0.0.1:1/%2f", secret("amqp_password"));
-    for storage in &storages {
+    let amqp = amqp_url(&vh.name).replace(
+        "guest:guest@",
+        &format!("guest:{}@", secret("amqp_password")),
+    );
+    for (backend, storage) in &storages {
         for mode in ["backup", "restore"] {
             let side = if mode == "backup" {
                 format!(
-                    "source:\n  amqp_url: \"{amqp}\"\n  management_url: http://127.0.0.1:1\n  management_username: guest\n  management_password: {}\n",
+                    "source:\n  amqp_url: \"{amqp}\"\n  management_url: {}\n  management_username: guest\n  management_password: {}\n",
+                    management_url(),
                     secret("management_password")
                 )
             } else {
                 format!(
-                    "target:\n  amqp_url: \"{amqp}\"\n  management_url: http://127.0.0.1:1\n  management_username: guest\n  management_password: {}\nrestore:\n  restore_definitions: false\n",
+                    "target:\n  amqp_url: \"{amqp}\"\n  management_url: {}\n  management_username: guest\n  management_password: {}\nrestore:\n  restore_definitions: false\n",
+                    management_url(),
                     secret("management_password")
                 )
             };
             let yaml = format!(
-                "mode: {mode}\nbackup_id: s\n{side}storage:\n{storage}metrics:\n  bind_address: 127.0.0.1\n  port: 0\n"
+                "mode: {mode}\nbackup_id: {mode}\n{side}storage:\n{storage}metrics:\n  bind_address: 127.0.0.1\n  port: 0\n"
             );
             let p = write_config(dir.path(), &format!("{mode}.yaml"), &yaml);
             let out = run_cli(&["-vv", mode, "--config", &p]);
             let (stdout, stderr) = text(&out);
-            assert_ne!(out.status.code(), Some(0), "{stdout}{stderr}");
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{backend} {mode}: {stdout}{stderr}"
+            );
+            // Where each run is refused: the storage's signature, the management API's
+            // password (backup), the broker's login (restore).
+            let error_line = stderr
+                .lines()
+                .find(|l| !l.starts_with("20") && l.contains("error: "))
+                .unwrap_or("");
+            let want = match (*backend, mode) {
+                ("s3", "backup") => {
+                    "Storage error: Failed to head backup/manifest.json: 403 Forbidden"
+                }
+                ("s3", _) => "Storage error: Failed to get restore/manifest.json: 403 Forbidden",
+                ("azure", _) => "Storage error: ",
+                ("filesystem", "backup") => "Management API error: HTTP 401 for GET /api/overview",
+                _ => "Authentication error: ",
+            };
             assert!(
-                stderr.contains("error:"),
-                "fails with a categorised error: {stderr}"
+                error_line.starts_with(want),
+                "{backend} {mode}: {error_line}\n{stderr}"
             );
             for field in [
                 "amqp_password",
@@ -325,6 +368,16 @@ fn trace_output_never_shows_any_credential_field() {
                     "{mode} leaked {field}: {stderr}"
                 );
             }
+            assert!(
+                !stderr.contains(&base64_secret(&secret("account_key"))),
+                "{mode} leaked the account key: {stderr}"
+            );
         }
     }
+}
+
+/// An Azure account key is base64: the secret text encoded so the key parses.
+fn base64_secret(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
 }
