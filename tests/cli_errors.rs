@@ -240,6 +240,12 @@ fn trace_output_never_shows_a_password() {
             "{args:?} leaked the password"
         );
     }
+    // What the restore did: definitions only checked (dry run), the mapped queue created and
+    // holding every message, the source queue as it was.
+    assert_same(&as_restored(&msgs), &peek(&conn, "q2", 20), "restored into q2");
+    assert_eq!(depth(&conn, "q2"), 20);
+    assert_same(&msgs, &peek(&conn, "q", 20), "source q");
+    assert_eq!(depth(&conn, "q"), 20);
     // A failing run at trace level: wrong password in the URL, the real one nowhere.
     let bad = backup.replace(&format!(":{password}@"), ":wrong@");
     let b2 = write_config(
