@@ -224,3 +224,66 @@ fn prefetch_count_set_in_the_file_is_reported_as_unused() {
     }
     assert_eq!(depth(&conn, "q"), 30);
 }
+
+/// SPEC.md "Filesystem denied": a storage directory the user may not write to. Run as the
+/// unprivileged user `nobody` (root would write anyway), or as is when the tests do not run as
+/// root.
+#[test]
+fn a_storage_directory_without_write_permission_is_filesystem_denied() {
+    use std::os::unix::fs::PermissionsExt;
+    let vh = TestVhost::new("fs-denied");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", FieldTable::new());
+    publish(&ch, "q", &diverse_messages(4, 2, false));
+    let dir = TempDir::new("fs-denied");
+    let spool = dir.path().join("spool");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&spool).unwrap();
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The store: readable by everyone, writable by its owner only.
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("den", &vh.name, &store, ""),
+    );
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let bin = env!("CARGO_BIN_EXE_rmq-backup");
+    let is_root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    let mut cmd = if is_root {
+        let mut c = std::process::Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            bin,
+        ]);
+        c
+    } else {
+        std::process::Command::new(bin)
+    };
+    let out = cmd
+        .args(["backup", "--config", &cfg])
+        .env("RMQ_BACKUP_SPOOL_DIR", &spool)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(
+        stderr.lines().last(),
+        Some("Storage error: Failed to write den/state/lock.json: Permission denied"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&store).unwrap().count(),
+        0,
+        "nothing written"
+    );
+    assert_eq!(depth(&conn, "q"), 4, "the source untouched");
+}

@@ -242,7 +242,11 @@ fn trace_output_never_shows_a_password() {
     }
     // What the restore did: definitions only checked (dry run), the mapped queue created and
     // holding every message, the source queue as it was.
-    assert_same(&as_restored(&msgs), &peek(&conn, "q2", 20), "restored into q2");
+    assert_same(
+        &as_restored(&msgs),
+        &peek(&conn, "q2", 20),
+        "restored into q2",
+    );
     assert_eq!(depth(&conn, "q2"), 20);
     assert_same(&msgs, &peek(&conn, "q", 20), "source q");
     assert_eq!(depth(&conn, "q"), 20);
