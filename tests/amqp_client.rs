@@ -2,8 +2,11 @@
 
 #[path = "amqp_support/mod.rs"]
 mod common;
+#[path = "common/mod.rs"]
+mod shared;
 
 use common::{rich_properties, Vhost};
+use shared::wait_ready;
 use rmq_backup::amqp::{
     AmqpUrl, BasicProperties, ConnectOptions, Connection, Delivery, FieldTable, FieldValue,
 };
@@ -189,7 +192,7 @@ fn round_trip_1000_rich_messages_classic() {
         .unwrap_err();
     assert!(e.to_string().contains("cancelled"), "{e}");
     cch.close().unwrap();
-    assert_eq!(ch.queue_declare_passive("rt").unwrap().message_count, n);
+    wait_ready(&ch, "rt", n);
 
     // a second pass sees them redelivered, same order
     let cch = conn.open_channel().unwrap();
@@ -564,6 +567,6 @@ fn non_utf8_short_strings_are_errors_not_losses() {
     ch.close().unwrap();
     // nothing was lost: all 6 are back in the queue
     let ch = conn.open_channel().unwrap();
-    assert_eq!(ch.queue_declare_passive("u").unwrap().message_count, 6);
+    wait_ready(&ch, "u", 6);
     conn.close().unwrap();
 }

@@ -337,6 +337,26 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
     out
 }
 
+/// Waits (at most 30 s) until `queue` holds `n` ready messages: messages given back by a
+/// closed channel or consumer are requeued by the broker after close-ok, not before.
+pub fn wait_ready(ch: &Channel, queue: &str, n: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = ch
+            .queue_declare_passive(queue)
+            .expect("passive declare")
+            .message_count;
+        if ready == n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queue {queue}: {ready} ready, {n} expected"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Ready messages in `queue` (passive declare) once the count has settled: messages given
 /// back by a consumer that just closed take a moment to be ready again, so the count must stay
 /// the same for 300 ms (at most 30 s).
