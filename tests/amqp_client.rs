@@ -6,11 +6,11 @@ mod common;
 mod shared;
 
 use common::{rich_properties, Vhost};
-use shared::wait_ready;
 use rmq_backup::amqp::{
     AmqpUrl, BasicProperties, ConnectOptions, Connection, Delivery, FieldTable, FieldValue,
 };
 use rmq_backup::Error;
+use shared::wait_ready;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(20);

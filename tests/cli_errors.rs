@@ -164,7 +164,11 @@ fn broker_errors_name_the_cause_and_hide_the_password() {
 
 /// A user whose password is unique, so any trace of it in the output is a leak.
 fn secret_user(vhost: &str) -> (String, String) {
-    let user = format!("rmqb-secret-{}", std::process::id());
+    let user = format!(
+        "rmqb-secret-{}-{}",
+        std::process::id(),
+        rmq_backup::now_ms()
+    );
     let password = format!("Pw-{}-unique-Secret", rmq_backup::now_ms());
     let url = format!("{}/api/users/{user}", management_url());
     let auth = "Basic Z3Vlc3Q6Z3Vlc3Q="; // guest:guest

@@ -194,7 +194,8 @@ fn backup_metrics_while_it_runs() {
     declare(&ch, "b-big", "classic", Default::default());
     let small = diverse_messages(60, 7, false);
     publish(&ch, "a-small", &small);
-    // The (debug) binary reads a few thousand messages a second: the big queue takes seconds.
+    // basic.get takes one round trip to the broker per message, in a debug or a release
+    // build alike: 20,000 of them last seconds, so scrapes see the big queue mid-way.
     let big = 20_000;
     publish_bulk(&ch, "b-big", big, 256);
     let dir = TempDir::new("metrics-backup");
@@ -205,7 +206,7 @@ fn backup_metrics_while_it_runs() {
             "m1",
             &vh.name,
             &store,
-            "  max_concurrent_queues: 1\n  segment_max_bytes: 400000\n"
+            "  max_concurrent_queues: 1\n  segment_max_bytes: 400000\n  requeue_strategy: get\n"
         ),
         metrics_yaml()
     );

@@ -22,7 +22,7 @@ struct S3Bucket(s3::Bucket);
 
 impl S3Bucket {
     fn new(tag: &str) -> S3Bucket {
-        let name = format!("rmqb-{tag}-{}-{}", std::process::id(), rmq_backup::now_ms());
+        let name = format!("rmqb-{tag}-{}", unique_suffix());
         let creds =
             s3::creds::Credentials::new(Some(S3_ADMIN.0), Some(S3_ADMIN.1), None, None, None)
                 .expect("credentials");

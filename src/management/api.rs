@@ -3,8 +3,7 @@
 //! vhosts, permissions. The HTTP plumbing (timeouts, retries, errors) is the parent's.
 
 use super::{
-    encode_segment, ManagementClient, Method, DEFINITIONS_TIMEOUT, PAGE_SIZE, QUEUE_COLUMNS,
-    REQUEST_TIMEOUT,
+    encode_segment, ManagementClient, Method, DEFINITIONS_TIMEOUT, QUEUE_COLUMNS, REQUEST_TIMEOUT,
 };
 use crate::broker::QueueType;
 use crate::error::{Error, Result};
@@ -106,15 +105,6 @@ impl From<RawQueue> for QueueInfo {
     }
 }
 
-/// One page of a paginated listing.
-#[derive(Deserialize)]
-struct Page<T> {
-    #[serde(default = "Vec::new")]
-    items: Vec<T>,
-    #[serde(default)]
-    page_count: u64,
-}
-
 /// Cluster identity from `GET /api/overview`, written to the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Overview {
@@ -152,27 +142,19 @@ struct RawNode {
 }
 
 impl ManagementClient {
-    /// Lists every queue of every vhost the user can see (`GET /api/queues`, paginated 500 per
-    /// page, only the columns [`QueueInfo`] needs). A queue seen twice while pages shift is kept
-    /// once. Errors: see the module documentation.
+    /// Lists every queue of every vhost the user can see (`GET /api/queues`, only the columns
+    /// [`QueueInfo`] needs), in one request: one consistent snapshot. (Reading it by pages
+    /// skipped queues while others were declared or deleted between two pages: an offset
+    /// shifts under the reader.) Errors: see the module documentation.
     pub fn list_queues(&self) -> Result<Vec<QueueInfo>> {
-        let mut out = Vec::new();
+        let query = format!("columns={QUEUE_COLUMNS}");
+        let raw: Vec<RawQueue> = self.get_json("/api/queues", Some(&query))?;
         let mut seen: HashSet<(String, String)> = HashSet::new();
-        let mut page: u64 = 1;
-        loop {
-            let query = format!("page={page}&page_size={PAGE_SIZE}&columns={QUEUE_COLUMNS}");
-            let p: Page<RawQueue> = self.get_json("/api/queues", Some(&query))?;
-            for raw in p.items {
-                if seen.insert((raw.vhost.clone(), raw.name.clone())) {
-                    out.push(QueueInfo::from(raw));
-                }
-            }
-            if page >= p.page_count {
-                break;
-            }
-            page += 1;
-        }
-        Ok(out)
+        Ok(raw
+            .into_iter()
+            .filter(|q| seen.insert((q.vhost.clone(), q.name.clone())))
+            .map(QueueInfo::from)
+            .collect())
     }
 
     /// One queue (`GET /api/queues/{vhost}/{name}`). A missing queue or vhost gives

@@ -30,8 +30,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Whole-request timeout of definitions export and import, which can be large (thousands of queues).
 const DEFINITIONS_TIMEOUT: Duration = Duration::from_secs(300);
-/// Largest page the management API accepts for paginated listings.
-const PAGE_SIZE: u32 = 500;
 /// Largest response body read (definitions of very large brokers), in bytes.
 const MAX_BODY_BYTES: u64 = 1 << 30;
 /// Attempts of one idempotent API call that fails transiently.

@@ -20,9 +20,10 @@ impl TestVhost {
     fn new(tag: &str) -> TestVhost {
         static N: AtomicU32 = AtomicU32::new(0);
         let name = format!(
-            "mgmt-test {tag}/{}-{}",
+            "mgmt-test {tag}/{}-{}-{}",
             std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
+            N.fetch_add(1, Ordering::Relaxed),
+            crate::now_ms()
         );
         let client = client();
         client.create_vhost(&name).expect("create vhost");
@@ -138,20 +139,62 @@ fn queues_with_awkward_names_round_trip() {
 }
 
 #[test]
-fn list_queues_pages_past_500() {
+fn list_queues_lists_more_than_500() {
     let vh = TestVhost::new("paging");
     let c = &vh.client;
     let existing = c.list_queues().expect("list").len();
-    let count = (PAGE_SIZE as usize + 20).saturating_sub(existing).max(1);
+    let count = 520usize.saturating_sub(existing).max(1);
     let args = Map::new();
     for i in 0..count {
         c.declare_queue(&vh.name, &format!("q{i:04}"), false, &args)
             .expect("declare");
     }
     let listed = c.list_queues().expect("list");
-    assert!(listed.len() > PAGE_SIZE as usize, "{}", listed.len());
+    assert!(listed.len() > 500, "{}", listed.len());
     let mine = listed.iter().filter(|q| q.vhost == vh.name).count();
     assert_eq!(mine, count);
+}
+
+/// Queues declared and deleted while the pages are read (other jobs, other tests) must not
+/// make the listing skip a queue that exists the whole time.
+#[test]
+fn list_queues_misses_nothing_while_queues_come_and_go() {
+    let vh = TestVhost::new("paging-churn");
+    let c = &vh.client;
+    let args = Map::new();
+    let count = 500 + 50;
+    for i in 0..count {
+        c.declare_queue(&vh.name, &format!("q{i:04}"), false, &args)
+            .expect("declare");
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let churn = client();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Names that sort before every q....: each delete shifts the later pages.
+                let name = format!("a-churn-{}", i % 8);
+                let _ = churn.declare_queue(&vh.name, &name, false, &Map::new());
+                let _ = churn.delete_queue(&vh.name, &name);
+                i += 1;
+            }
+        });
+        let counts: Vec<usize> = (0..8)
+            .map(|_| {
+                let listed = c.list_queues().expect("list");
+                listed
+                    .iter()
+                    .filter(|q| q.vhost == vh.name && q.name.starts_with('q'))
+                    .count()
+            })
+            .collect();
+        stop.store(true, Ordering::Relaxed);
+        assert!(
+            counts.iter().all(|&n| n == count),
+            "{count} queues, listed: {counts:?}"
+        );
+    });
 }
 
 #[test]

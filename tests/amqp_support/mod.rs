@@ -27,7 +27,14 @@ pub fn curl(method: &str, path: &str, body: Option<&str>) -> String {
 
 impl Vhost {
     pub fn new(test: &str) -> Vhost {
-        let name = format!("amqp-test-{test}-{}", std::process::id());
+        // Unique per process, per call and per run (a reused pid must not meet a leftover).
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let name = format!(
+            "amqp-test-{test}-{}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            rmq_backup::now_ms()
+        );
         curl("PUT", &format!("vhosts/{name}"), None);
         curl(
             "PUT",

@@ -43,6 +43,18 @@ pub fn amqp_url(vhost: &str) -> String {
     format!("{}/{enc}", amqp_base())
 }
 
+/// `<pid>-<counter>-<epoch ms>`: unique per process, per call and per run, so that no two
+/// tests (running side by side, or a reused pid meeting a leftover) share a name.
+pub fn unique_suffix() -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        rmq_backup::now_ms()
+    )
+}
+
 /// A vhost of the test's own, created fresh and deleted on drop.
 pub struct TestVhost {
     pub name: String,
@@ -50,11 +62,7 @@ pub struct TestVhost {
 
 impl TestVhost {
     pub fn new(prefix: &str) -> TestVhost {
-        let name = format!(
-            "rmqb-test-{prefix}-{}-{}",
-            std::process::id(),
-            rmq_backup::now_ms()
-        );
+        let name = format!("rmqb-test-{prefix}-{}", unique_suffix());
         let m = management();
         let _ = m.delete_vhost(&name);
         m.create_vhost(&name).expect("create vhost");
@@ -500,11 +508,7 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(prefix: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "rmqb-{prefix}-{}-{}",
-            std::process::id(),
-            rmq_backup::now_ms()
-        ));
+        let p = std::env::temp_dir().join(format!("rmqb-{prefix}-{}", unique_suffix()));
         std::fs::create_dir_all(&p).expect("temp dir");
         TempDir(p)
     }
