@@ -1,0 +1,123 @@
+//! `/health` answers 503 with the reason once the broker connection is really lost (SPEC.md
+//! "Endpoints"): a backup runs in this process with the metrics server up, the broker closes
+//! the backup's connection (management API `DELETE /api/connections/{name}`), and the server
+//! says so until something recovers. In a binary of its own: the metrics are process-wide.
+
+mod common;
+
+use common::*;
+use rmq_backup::amqp::FieldTable;
+use rmq_backup::config::{Config, MetricsConfig};
+use rmq_backup::metrics::server::MetricsServer;
+use std::time::{Duration, Instant};
+
+const AUTH: &str = "Basic Z3Vlc3Q6Z3Vlc3Q="; // guest:guest
+
+fn health(addr: &str) -> (u16, String) {
+    match ureq::get(&format!("http://{addr}/health")).call() {
+        Ok(mut r) => (200, r.body_mut().read_to_string().unwrap_or_default()),
+        Err(ureq::Error::StatusCode(code)) => {
+            // ureq 3 turns 4xx/5xx into errors; ask again without that to read the body.
+            let mut r = ureq::get(&format!("http://{addr}/health"))
+                .config()
+                .http_status_as_error(false)
+                .build()
+                .call()
+                .expect("health");
+            (code, r.body_mut().read_to_string().unwrap_or_default())
+        }
+        Err(e) => panic!("health: {e}"),
+    }
+}
+
+/// Names of the broker's connections whose client-provided name starts with `prefix`.
+fn connections(prefix: &str) -> Vec<String> {
+    let mut r = ureq::get(&format!("{}/api/connections", management_url()))
+        .header("authorization", AUTH)
+        .call()
+        .expect("connections");
+    let list: serde_json::Value =
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    list.as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["client_properties"]["connection_name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .filter_map(|c| c["name"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn health_is_503_with_the_reason_after_a_real_connection_loss() {
+    let vh = TestVhost::new("health");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "slow", "classic", FieldTable::new());
+    publish_bulk(&ch, "slow", 30_000, 32);
+    let dir = TempDir::new("health");
+    let store = dir.path().join("store");
+    let cfg = Config::from_yaml_str(&backup_yaml(
+        "h",
+        &vh.name,
+        &store,
+        "  requeue_strategy: get\n",
+    ))
+    .unwrap();
+    let server = MetricsServer::start(&MetricsConfig {
+        port: 0,
+        bind_address: "127.0.0.1".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let addr = server.local_addr().to_string();
+    assert_eq!(health(&addr).0, 200);
+
+    let storage = rmq_backup::storage::open_config(&cfg.storage).unwrap();
+    let run = std::thread::spawn(move || rmq_backup::backup::run(&cfg, storage));
+    // The broker closes the backup's connection while it reads.
+    let prefix = format!("rmq-backup h {}/slow", vh.name);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let name = loop {
+        if let Some(n) = connections(&prefix).into_iter().next() {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "no connection named {prefix}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let url = format!(
+        "{}/api/connections/{}",
+        management_url(),
+        rmq_backup::management::encode_segment(&name)
+    );
+    ureq::delete(&url)
+        .header("authorization", AUTH)
+        .header("x-reason", "health test")
+        .call()
+        .expect("close the connection");
+    let e = run
+        .join()
+        .unwrap()
+        .expect_err("the backup lost its connection");
+    assert!(e.to_string().contains("CONNECTION_FORCED"), "{e}");
+
+    let (code, body) = health(&addr);
+    assert_eq!(code, 503, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "error");
+    assert!(
+        v["reason"].as_str().unwrap().contains("CONNECTION_FORCED"),
+        "{body}"
+    );
+    // A connection opened since recovers it.
+    drop(rmq_backup::amqp::Connection::open(
+        &rmq_backup::amqp::ConnectOptions::new(
+            rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
+        ),
+    ));
+    assert_eq!(health(&addr).0, 200);
+    wait_ready(&ch, "slow", 30_000);
+}
