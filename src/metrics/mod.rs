@@ -375,8 +375,12 @@ pub fn escape_label_value(v: &str, out: &mut String) {
 }
 
 /// What `/health` reports: healthy unless the broker connection was lost and has not
-/// recovered. Recovery is a connection opened since, or progress (messages read or published)
-/// since the loss, which shows that other connections still work.
+/// recovered. Recovery is a connection opened since, or real progress since the loss (more
+/// than [`RECOVERY_PROGRESS`] messages read or published), which shows that other connections
+/// still work.
+///
+/// Messages a lost connection had already delivered are still counted after the loss is seen
+/// (a consumer's buffer holds up to 512), so a smaller step proves nothing.
 #[derive(Debug, Default)]
 pub struct Health {
     /// The reason of the last loss, and the job's progress at that moment.
@@ -391,6 +395,9 @@ pub enum HealthStatus {
     /// The broker connection is lost; the reason (an error message, passwords masked).
     Lost(String),
 }
+
+/// Messages read or published after a connection loss that count as recovery (see [`Health`]).
+pub const RECOVERY_PROGRESS: u64 = 1_000;
 
 impl Health {
     /// A broker connection failed or could not be opened. `reason` must hold no secret
@@ -408,7 +415,7 @@ impl Health {
     pub fn status(&self, progress: u64) -> HealthStatus {
         let mut lost = lock(&self.lost);
         match &*lost {
-            Some((_, at)) if progress > *at => {
+            Some((_, at)) if progress > at + RECOVERY_PROGRESS => {
                 *lost = None;
                 HealthStatus::Ok
             }
@@ -513,7 +520,16 @@ mod tests {
         h.connection_ok();
         assert_eq!(h.status(10), HealthStatus::Ok);
         h.connection_lost("again".into(), 10);
-        assert_eq!(h.status(11), HealthStatus::Ok, "progress since the loss");
+        assert_eq!(
+            h.status(10 + RECOVERY_PROGRESS),
+            HealthStatus::Lost("again".into()),
+            "what a lost connection had delivered is no recovery"
+        );
+        assert_eq!(
+            h.status(11 + RECOVERY_PROGRESS),
+            HealthStatus::Ok,
+            "progress since the loss"
+        );
         assert_eq!(h.status(11), HealthStatus::Ok);
     }
 }
