@@ -4,7 +4,8 @@
 //! - [`codec`]: frames, methods, content headers and field tables, with RabbitMQ's type codes;
 //! - [`url`]: `amqp://` URL parsing and masking;
 //! - [`transport`]: the socket and the frame reader;
-//! - [`connection`]: [`Connection`], [`Channel`], [`Consumer`] (one reader thread per connection).
+//! - [`connection`]: [`Connection`], [`Channel`], [`Consumer`] (one reader thread per connection;
+//!   handshake, reader thread, channels, consuming and publishing in files of their own).
 
 pub mod codec;
 pub mod connection;
