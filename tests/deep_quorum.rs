@@ -4,21 +4,9 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{FieldTable, FieldValue};
+use rmq_backup::amqp::FieldTable;
 
 const DEPTH: usize = 70_000;
-
-fn seq(d: &rmq_backup::amqp::Delivery) -> i64 {
-    match d
-        .properties
-        .headers
-        .as_ref()
-        .and_then(|h| h.iter().find(|(k, _)| k == "seq"))
-    {
-        Some((_, FieldValue::I64(n))) => *n,
-        other => panic!("no seq header: {other:?}"),
-    }
-}
 
 #[test]
 fn quorum_queue_of_70000_backs_up_whole_and_in_order() {
@@ -40,7 +28,10 @@ fn quorum_queue_of_70000_backs_up_whole_and_in_order() {
     let out = run_cli(&["backup", "--config", &cfg]);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     assert_eq!(depth(&conn, "deep") as usize, DEPTH, "depth after backup");
-    let source: Vec<i64> = peek(&conn, "deep", DEPTH).iter().map(seq).collect();
+    let source: Vec<i64> = peek(&conn, "deep", DEPTH)
+        .iter()
+        .map(|d| header_i64(d, "seq"))
+        .collect();
     assert!(
         source.iter().copied().eq(0..DEPTH as i64),
         "source order changed by the backup"
@@ -65,7 +56,10 @@ fn quorum_queue_of_70000_backs_up_whole_and_in_order() {
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     let tconn = connect(&target);
     assert_eq!(depth(&tconn, "deep") as usize, DEPTH);
-    let restored: Vec<i64> = peek(&tconn, "deep", DEPTH).iter().map(seq).collect();
+    let restored: Vec<i64> = peek(&tconn, "deep", DEPTH)
+        .iter()
+        .map(|d| header_i64(d, "seq"))
+        .collect();
     assert!(
         restored.iter().copied().eq(0..DEPTH as i64),
         "restored order differs"
@@ -135,7 +129,10 @@ fn classic_nack_and_get_backups_leave_the_queue_ready() {
         assert!(!stderr.contains("WARN"), "{stderr}");
         let ready = ch.queue_declare_passive("q").unwrap().message_count;
         assert_eq!(ready as usize, N, "ready right after the {strategy} backup");
-        let order: Vec<i64> = peek(&conn, "q", N).iter().map(seq).collect();
+        let order: Vec<i64> = peek(&conn, "q", N)
+            .iter()
+            .map(|d| header_i64(d, "seq"))
+            .collect();
         assert!(
             order.iter().copied().eq(0..N as i64),
             "order kept by the {strategy} backup"
@@ -143,7 +140,7 @@ fn classic_nack_and_get_backups_leave_the_queue_ready() {
         // The backup holds every message once, in order, with its body.
         let saved = backed_up(&store, strategy, "q");
         assert!(
-            saved.iter().map(seq).eq(0..N as i64),
+            saved.iter().map(|d| header_i64(d, "seq")).eq(0..N as i64),
             "the {strategy} backup's records"
         );
         let mut rng = Rng::new(N as u64);

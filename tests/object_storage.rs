@@ -10,10 +10,6 @@ use rmq_backup::amqp::FieldTable;
 use rmq_backup::storage::Storage;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// SeaweedFS S3 with SigV4 (identities written by scripts/setup-storage.sh).
-const S3_ENDPOINT: &str = "http://127.0.0.1:8333";
-const S3_ADMIN: (&str, &str) = ("rmqbackup-admin", "rmqbackup-admin-secret");
-
 fn unique(tag: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     format!(
@@ -24,46 +20,6 @@ fn unique(tag: &str) -> String {
 }
 
 /// An S3 bucket on SeaweedFS for one test, emptied and deleted on drop.
-struct S3Bucket(s3::Bucket);
-
-impl S3Bucket {
-    fn new(tag: &str) -> S3Bucket {
-        let name = unique(tag);
-        let creds =
-            s3::creds::Credentials::new(Some(S3_ADMIN.0), Some(S3_ADMIN.1), None, None, None)
-                .expect("credentials");
-        let region = s3::Region::Custom {
-            region: "us-east-1".into(),
-            endpoint: S3_ENDPOINT.into(),
-        };
-        let created = s3::Bucket::create_with_path_style(
-            &name,
-            region,
-            creds,
-            s3::BucketConfiguration::default(),
-        )
-        .unwrap_or_else(|e| panic!("create bucket {name} (scripts/setup-storage.sh): {e}"));
-        S3Bucket(*created.bucket)
-    }
-
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-}
-
-impl Drop for S3Bucket {
-    fn drop(&mut self) {
-        if let Ok(pages) = self.0.list(String::new(), None) {
-            for o in pages.into_iter().flat_map(|p| p.contents) {
-                let _ = self.0.delete_object(&o.key);
-            }
-        }
-        let _ = self.0.delete();
-    }
-}
-
-/// What one backend needs: the `storage:` block of a config, the `--path` URL, and the
-/// environment that carries its credentials to the URL commands.
 struct Backend<'a> {
     storage_yaml: String,
     url: String,

@@ -5,23 +5,11 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{FieldTable, FieldValue};
+use rmq_backup::amqp::FieldTable;
 use rmq_backup::manifest::Manifest;
 use rmq_backup::record::decode_record;
 use rmq_backup::segment::SegmentReader;
 use std::time::{Duration, Instant};
-
-fn seq(d: &rmq_backup::amqp::Delivery) -> i64 {
-    match d
-        .properties
-        .headers
-        .as_ref()
-        .and_then(|h| h.iter().find(|(k, _)| k == "seq"))
-    {
-        Some((_, FieldValue::I64(n))) => *n,
-        other => panic!("no seq header: {other:?}"),
-    }
-}
 
 #[test]
 fn a_time_window_that_cuts_through_a_segment_restores_exactly_the_records_inside() {
@@ -92,7 +80,10 @@ fn a_time_window_that_cuts_through_a_segment_restores_exactly_the_records_inside
     );
     let tconn = connect(&target);
     assert_eq!(depth(&tconn, "q") as usize, n);
-    let got: Vec<i64> = peek(&tconn, "q", n).iter().map(seq).collect();
+    let got: Vec<i64> = peek(&tconn, "q", n)
+        .iter()
+        .map(|d| header_i64(d, "seq"))
+        .collect();
     assert_eq!(
         got, inside,
         "exactly the records inside the window, in order"

@@ -14,44 +14,6 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 const BODY: usize = 100;
-const S3_ENDPOINT: &str = "http://127.0.0.1:8333";
-const S3_ADMIN: (&str, &str) = ("rmqbackup-admin", "rmqbackup-admin-secret");
-
-/// A fresh SeaweedFS bucket, emptied and deleted on drop.
-struct S3Bucket(s3::Bucket);
-
-impl S3Bucket {
-    fn new(tag: &str) -> S3Bucket {
-        let name = format!("rmqb-{tag}-{}", unique_suffix());
-        let creds =
-            s3::creds::Credentials::new(Some(S3_ADMIN.0), Some(S3_ADMIN.1), None, None, None)
-                .expect("credentials");
-        let region = s3::Region::Custom {
-            region: "us-east-1".into(),
-            endpoint: S3_ENDPOINT.into(),
-        };
-        let created = s3::Bucket::create_with_path_style(
-            &name,
-            region,
-            creds,
-            s3::BucketConfiguration::default(),
-        )
-        .unwrap_or_else(|e| panic!("create bucket {name} (scripts/setup-storage.sh): {e}"));
-        S3Bucket(*created.bucket)
-    }
-}
-
-impl Drop for S3Bucket {
-    fn drop(&mut self) {
-        if let Ok(pages) = self.0.list(String::new(), None) {
-            for o in pages.into_iter().flat_map(|p| p.contents) {
-                let _ = self.0.delete_object(&o.key);
-            }
-        }
-        let _ = self.0.delete();
-    }
-}
-
 /// Starts the binary with `args`, its stderr lines sent to the receiver as they come.
 fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, Receiver<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
@@ -340,7 +302,7 @@ fn a_fresh_machine_resumes_from_the_database_synced_to_s3() {
         &format!("  backend: filesystem\n  path: \"{}\"\n", unused.display()),
         &format!(
             "  backend: s3\n  bucket: {}\n  endpoint: \"{S3_ENDPOINT}\"\n  path_style: true\n  allow_http: true\n  access_key: {}\n  secret_key: {}\n",
-            bucket.0.name, S3_ADMIN.0, S3_ADMIN.1
+            bucket.name(), S3_ADMIN.0, S3_ADMIN.1
         ),
     );
     assert!(yaml.contains("backend: s3"), "{yaml}");
@@ -494,22 +456,9 @@ fn bad_checkpoint_paths_are_clear_errors_and_change_nothing() {
 }
 
 /// The `seq` headers of every message in `queue`, in order.
-fn seqs(conn: &Connection, queue: &str) -> Vec<i64> {
+fn queue_seqs(conn: &Connection, queue: &str) -> Vec<i64> {
     let n = depth(conn, queue) as usize;
-    peek(conn, queue, n)
-        .iter()
-        .map(|d| {
-            match d
-                .properties
-                .headers
-                .as_ref()
-                .and_then(|h| h.iter().find(|(k, _)| k == "seq"))
-            {
-                Some((_, FieldValue::I64(i))) => *i,
-                other => panic!("{queue}: seq header {other:?}"),
-            }
-        })
-        .collect()
+    seqs(&peek(conn, queue, n))
 }
 
 #[test]
@@ -569,7 +518,7 @@ fn a_restore_killed_with_sigkill_resumes_after_its_last_checkpoint() {
 
     // What the killed run published, and what its checkpoint says.
     let tconn = connect(&target);
-    let first_run = seqs(&tconn, "b-big");
+    let first_run = queue_seqs(&tconn, "b-big");
     let cp = rmq_backup::checkpoint::Checkpoints::open_file(&state).unwrap();
     let key = |queue: &str| rmq_backup::checkpoint::RestoreKey {
         backup_id: id.into(),
@@ -615,10 +564,10 @@ fn a_restore_killed_with_sigkill_resumes_after_its_last_checkpoint() {
     // Every message arrived, in order; the duplicates are exactly the records the killed run
     // published after its last checkpoint.
     assert_eq!(
-        seqs(&tconn, "a-small"),
+        queue_seqs(&tconn, "a-small"),
         (0..SMALL as i64).collect::<Vec<_>>()
     );
-    let all = seqs(&tconn, "b-big");
+    let all = queue_seqs(&tconn, "b-big");
     let duplicates = first_run.len() - checkpointed as usize;
     println!(
         "restore killed after {} of {BIG} published, checkpoint at {checkpointed}: {duplicates} duplicate(s) on rerun",

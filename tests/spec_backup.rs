@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{FieldTable, FieldValue};
+use rmq_backup::amqp::FieldTable;
 use rmq_backup::config::MetricsConfig;
 use rmq_backup::manifest::Manifest;
 use rmq_backup::metrics::server::MetricsServer;
@@ -14,22 +14,6 @@ use std::path::Path;
 
 fn manifest(store: &Path, id: &str) -> Manifest {
     Manifest::from_json(&std::fs::read(store.join(id).join("manifest.json")).unwrap()).unwrap()
-}
-
-fn seqs(ds: &[rmq_backup::amqp::Delivery]) -> Vec<i64> {
-    ds.iter()
-        .map(|d| {
-            match d
-                .properties
-                .headers
-                .as_ref()
-                .and_then(|h| h.iter().find(|(k, _)| k == "seq"))
-            {
-                Some((_, FieldValue::I64(n))) => *n,
-                other => panic!("seq header: {other:?}"),
-            }
-        })
-        .collect()
 }
 
 fn get(url: &str) -> (u16, String) {

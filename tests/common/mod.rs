@@ -55,6 +55,50 @@ pub fn unique_suffix() -> String {
     )
 }
 
+/// SeaweedFS's S3 endpoint (scripts/setup-storage.sh).
+pub const S3_ENDPOINT: &str = "http://127.0.0.1:8333";
+/// The SeaweedFS identity allowed everything (scripts/setup-storage.sh).
+pub const S3_ADMIN: (&str, &str) = ("rmqbackup-admin", "rmqbackup-admin-secret");
+
+/// A fresh SeaweedFS bucket of the test's own, emptied and deleted on drop.
+pub struct S3Bucket(pub s3::Bucket);
+
+impl S3Bucket {
+    pub fn new(tag: &str) -> S3Bucket {
+        let name = format!("rmqb-{tag}-{}", unique_suffix());
+        let creds =
+            s3::creds::Credentials::new(Some(S3_ADMIN.0), Some(S3_ADMIN.1), None, None, None)
+                .expect("credentials");
+        let region = s3::Region::Custom {
+            region: "us-east-1".into(),
+            endpoint: S3_ENDPOINT.into(),
+        };
+        let created = s3::Bucket::create_with_path_style(
+            &name,
+            region,
+            creds,
+            s3::BucketConfiguration::default(),
+        )
+        .unwrap_or_else(|e| panic!("create bucket {name} (scripts/setup-storage.sh): {e}"));
+        S3Bucket(*created.bucket)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+}
+
+impl Drop for S3Bucket {
+    fn drop(&mut self) {
+        if let Ok(pages) = self.0.list(String::new(), None) {
+            for o in pages.into_iter().flat_map(|p| p.contents) {
+                let _ = self.0.delete_object(&o.key);
+            }
+        }
+        let _ = self.0.delete();
+    }
+}
+
 /// A vhost of the test's own, created fresh and deleted on drop.
 pub struct TestVhost {
     pub name: String,
@@ -287,6 +331,24 @@ pub fn publish_bulk(ch: &Channel, queue: &str, n: usize, size: usize) {
     }
     ch.wait_for_confirms(0, Duration::from_secs(120))
         .expect("confirms");
+}
+
+/// The integer header `key` of a delivery (`publish_bulk` numbers its messages in `seq`).
+pub fn header_i64(d: &Delivery, key: &str) -> i64 {
+    match d
+        .properties
+        .headers
+        .as_ref()
+        .and_then(|h| h.iter().find(|(k, _)| k == key))
+    {
+        Some((_, FieldValue::I64(n))) => *n,
+        other => panic!("no {key} header: {other:?}"),
+    }
+}
+
+/// The `seq` headers of `ds`, in order.
+pub fn seqs(ds: &[Delivery]) -> Vec<i64> {
+    ds.iter().map(|d| header_i64(d, "seq")).collect()
 }
 
 /// Reads the first `n` messages of `queue` without removing any (consume windows without ack,
