@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::validate::{check_positive, config_err};
+use super::checks::{check_positive, config_err};
 use crate::error::Result;
 
 /// `backup.compression` (SPEC.md): `zstd` (default), `lz4` or `none`. The segment module has

@@ -1,7 +1,7 @@
 //! `${ENV_VAR}` interpolation (SPEC.md "What the service does" 6): which fields take it, and
 //! the replacement itself. A value is never quoted in an error: it may be a secret.
 
-use super::validate::config_err;
+use super::checks::config_err;
 use super::{Config, Secret, StorageConfig};
 use crate::error::Result;
 

@@ -18,6 +18,7 @@
 
 mod backup;
 mod checkpoints;
+mod checks;
 mod interpolate;
 mod metrics;
 mod restore;
@@ -40,7 +41,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{mask_url, Error, Result};
-use validate::config_err;
+use checks::config_err;
 
 /// A secret string (password, key, token). `Debug` prints `****`; read the value with
 /// [`Secret::expose`]. In YAML it is a plain string.

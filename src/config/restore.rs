@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::validate::{check_positive, config_err};
+use super::checks::{check_positive, config_err};
 use crate::error::Result;
 
 /// Longest AMQP 0-9-1 queue or exchange name, in bytes (names are `shortstr`).

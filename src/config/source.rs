@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::validate::{check_non_empty, check_scheme, config_err};
+use super::checks::{check_non_empty, check_scheme, config_err};
 use super::{redact_url, Secret};
 use crate::broker::QueueType;
 use crate::error::Result;

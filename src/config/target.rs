@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use super::validate::{check_non_empty, check_scheme, config_err};
+use super::checks::{check_non_empty, check_scheme, config_err};
 use super::{redact_url, Secret};
 use crate::error::Result;
 

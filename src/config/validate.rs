@@ -1,51 +1,14 @@
 //! Validation of a whole [`Config`]: which sections a mode needs, checks that span sections
 //! (a restore's management access), and the features this version parses but does not
-//! implement yet; plus the small field checks every section uses.
+//! implement yet.
 
 use super::backup::validate_backup_options;
+use super::checks::{check_non_empty, check_positive, config_err};
 use super::restore::validate_restore_options;
 use super::source::validate_source;
 use super::target::validate_target;
 use super::{Config, Mode, PublishMode};
-use crate::error::{Error, Result};
-
-/// `Error::Config(msg)`.
-pub(super) fn config_err(msg: impl Into<String>) -> Error {
-    Error::Config(msg.into())
-}
-
-/// Checks that a URL starts with one of `schemes` (case-insensitive). The URL is not quoted in
-/// the message: it may hold a password.
-pub(super) fn check_scheme(url: &str, field: &str, schemes: &[&str]) -> Result<()> {
-    let lower = url.to_ascii_lowercase();
-    let ok = schemes
-        .iter()
-        .any(|s| lower.starts_with(s) && lower.len() > s.len());
-    if ok {
-        Ok(())
-    } else {
-        Err(config_err(format!(
-            "{field} must start with {}",
-            schemes.join(" or ")
-        )))
-    }
-}
-
-pub(super) fn check_positive(value: u64, field: &str) -> Result<()> {
-    if value == 0 {
-        Err(config_err(format!("{field} must be greater than 0")))
-    } else {
-        Ok(())
-    }
-}
-
-pub(super) fn check_non_empty(value: &str, field: &str) -> Result<()> {
-    if value.trim().is_empty() {
-        Err(config_err(format!("{field} must not be empty")))
-    } else {
-        Ok(())
-    }
-}
+use crate::error::Result;
 
 impl Config {
     /// Validates the whole configuration; the first problem found is returned as
