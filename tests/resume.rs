@@ -583,3 +583,83 @@ fn a_restore_killed_with_sigkill_resumes_after_its_last_checkpoint() {
     );
     assert!(all == expected, "messages out of order or missing");
 }
+
+/// An `s3_key` the storage refuses to write: the run fails with the storage's error, the
+/// backup is not called complete, nothing on the broker changes. As `nobody` (setpriv) when the
+/// tests run as root, who could write anywhere.
+#[test]
+fn an_s3_key_the_storage_refuses_fails_the_run_and_leaves_it_incomplete() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let vh = TestVhost::new("cp-denied");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", FieldTable::new());
+    publish_bulk(&ch, "q", 20, BODY);
+    let dir = TempDir::new("cp-denied");
+    let store = dir.path().join("store");
+    let work = dir.path().join("work");
+    for d in [&store, &work] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // Everything writable by nobody but the directory of the key.
+    std::fs::create_dir_all(store.join("ro")).unwrap();
+    let is_root = running_as_root();
+    if is_root {
+        for d in [&store, &work] {
+            chown(d, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(store.join("ro"), std::fs::Permissions::from_mode(0o555)).unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml(
+            "d",
+            &vh.name,
+            &store,
+            &format!(
+                "offset_storage:\n  db_path: \"{}\"\n  s3_key: ro/offsets.db\n",
+                work.join("offsets.db").display()
+            ),
+        ),
+    );
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let bin = env!("CARGO_BIN_EXE_rmq-backup");
+    let mut cmd = if is_root {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            bin,
+        ]);
+        c
+    } else {
+        Command::new(bin)
+    };
+    let out = cmd
+        .args(["backup", "--config", &cfg])
+        .env("RMQ_BACKUP_SPOOL_DIR", &work)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(
+        stderr.lines().last(),
+        Some("Storage error: Failed to write ro/offsets.db: Permission denied"),
+        "{stderr}"
+    );
+    assert_eq!(
+        manifest_json(&store, "d")["completed_at"],
+        serde_json::Value::Null
+    );
+    assert_eq!(depth(&conn, "q"), 20);
+}
+
+fn running_as_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}

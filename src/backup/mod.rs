@@ -226,13 +226,13 @@ fn run_job(
         *queue_failed = first_error.is_some();
         return Err(first_error.unwrap_or(Error::Config(why)));
     }
-    if first_error.is_none() {
+    // The last sync of the checkpoint database before the manifest: a backup whose checkpoint
+    // could not be stored is not called complete.
+    let sync_failed = syncer.and_then(|s| s.finish().err());
+    if first_error.is_none() && sync_failed.is_none() {
         manifest.completed_at = Some(now_ms());
     }
     write_manifest(storage.as_ref(), &manifest)?;
-    if let Some(syncer) = syncer {
-        syncer.finish()?;
-    }
     if interrupted_before && manifest.completed_at.is_some() {
         resume::remove_unlisted_segments(storage.as_ref(), &manifest);
     }
@@ -244,6 +244,10 @@ fn run_job(
             queues.len()
         );
         *queue_failed = true;
+        return Err(e);
+    }
+    if let Some(e) = sync_failed {
+        log::error!("backup {backup_id} is incomplete: the checkpoint database could not be synced; its manifest has completed_at null");
         return Err(e);
     }
     Ok(BackupSummary {
