@@ -350,11 +350,22 @@ enum GiveBack {
 /// each applied before the next was sent, kept the order).
 const QUORUM_RETURN_CHUNK: usize = 30;
 
-/// How long the ready count may stay flat while returned messages are awaited.
+/// How long the ready count may stay flat while another consumer is on the queue before the
+/// wait concludes that consumer takes the returned messages.
 const RETURN_STALL: Duration = Duration::from_secs(2);
 
-/// How long one chunk of returns may take to show up as ready messages again.
+/// The least time returned messages may take to show up as ready again; the limit grows with
+/// their number (see [`return_wait`]).
 const RETURN_WAIT: Duration = Duration::from_secs(30);
+
+/// Time allowed per returned message on top of [`RETURN_WAIT`]: the broker requeued a million
+/// held messages in about 20 s here (3.10.8), so 100 µs each leaves it five times that.
+const RETURN_WAIT_PER_MESSAGE: Duration = Duration::from_micros(100);
+
+/// How long `n` returned messages may take to be ready again.
+fn return_wait(n: u64) -> Duration {
+    RETURN_WAIT + RETURN_WAIT_PER_MESSAGE * u32::try_from(n).unwrap_or(u32::MAX)
+}
 
 /// Hands `tags` (in delivery order) back to the broker so that the queue keeps its order.
 ///
@@ -412,27 +423,60 @@ fn ready(control: &Channel, queue: &str) -> Result<u64> {
 }
 
 /// Waits until `queue` holds at least `at_least` ready messages: requeued messages are back.
-/// Returns false, with a warning, when they do not all show up: when the ready count stops
-/// growing for [`RETURN_STALL`] (another consumer is taking them) or after [`RETURN_WAIT`].
+///
+/// A slow requeue and a competing consumer both leave the count short; the queue's consumer
+/// count tells them apart (the backup's own consumers are gone by now). With another consumer
+/// on the queue, a count flat for [`RETURN_STALL`] means it takes them: false, with a warning.
+/// With none, the broker is still requeueing, and the wait goes on up to [`return_wait`] of
+/// the messages expected (a million held messages took the broker longer than 2 s).
 fn wait_until_ready(control: &Channel, queue: &str, at_least: u64) -> Result<bool> {
     let started = Instant::now();
+    let limit = return_wait(at_least);
     let mut pause = Duration::from_millis(1);
     let (mut last, mut last_change) = (0u64, Instant::now());
     loop {
-        let ready = ready(control, queue)?;
+        let ok = control.queue_declare_passive(queue)?;
+        let ready = u64::from(ok.message_count);
         if ready >= at_least {
             return Ok(true);
         }
         if ready != last {
             (last, last_change) = (ready, Instant::now());
         }
-        if last_change.elapsed() > RETURN_STALL || started.elapsed() > RETURN_WAIT {
+        let competing = ok.consumer_count > 0 && last_change.elapsed() > RETURN_STALL;
+        if competing || started.elapsed() > limit {
+            let why = if competing {
+                format!(
+                    "{} other consumer(s) on the queue may be taking them",
+                    ok.consumer_count
+                )
+            } else {
+                format!(
+                    "the broker did not requeue them within {} s",
+                    limit.as_secs()
+                )
+            };
             log::warn!(
-                "queue {queue}: {ready} messages ready, {at_least} expected once the backup gave them back; another consumer may be taking them, so the order of the queue may change"
+                "queue {queue}: {ready} messages ready, {at_least} expected once the backup gave them back; {why}, so the order of the queue may change"
             );
             return Ok(false);
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_for_returned_messages_grows_with_their_number() {
+        assert_eq!(return_wait(0), RETURN_WAIT);
+        assert_eq!(return_wait(100_000), RETURN_WAIT + Duration::from_secs(10));
+        assert_eq!(
+            return_wait(1_000_000),
+            RETURN_WAIT + Duration::from_secs(100)
+        );
     }
 }
