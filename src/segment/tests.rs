@@ -445,3 +445,36 @@ fn hex_and_sha_of_known_input() {
     );
     assert_eq!(hex_lower(&[0, 0xab, 0xff]), "00abff");
 }
+
+#[test]
+fn zstd_workers_follow_the_cores() {
+    use super::writer::default_zstd_workers;
+    assert_eq!(default_zstd_workers(1), 0);
+    assert_eq!(default_zstd_workers(2), 0);
+    assert_eq!(default_zstd_workers(4), 3);
+    assert_eq!(default_zstd_workers(64), 8);
+}
+
+#[test]
+fn a_segment_compressed_by_zstd_workers_reads_back() {
+    let dir = TempDir::new("zstdmt");
+    let path = dir.file("mt.rbak");
+    // More than one job (1 MiB) of input, so several workers take part.
+    let records: Vec<Vec<u8>> = (0..3000u32)
+        .map(|i| {
+            format!(
+                "{{\"n\":{i},\"pad\":\"{}\"}}",
+                "x".repeat((i % 2000) as usize)
+            )
+            .into_bytes()
+        })
+        .collect();
+    let mut w = SegmentWriter::create_with_workers(&path, Compression::Zstd, 3, 2).unwrap();
+    for (i, r) in records.iter().enumerate() {
+        w.append(r, i as i64).unwrap();
+    }
+    w.finish().unwrap();
+    let reader = SegmentReader::open(&path).unwrap();
+    let back: Vec<Vec<u8>> = reader.records().map(|r| r.unwrap()).collect();
+    assert_eq!(back, records);
+}
