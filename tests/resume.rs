@@ -663,3 +663,74 @@ fn running_as_root() -> bool {
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false)
 }
+
+#[test]
+fn sigterm_stops_a_restore_after_its_confirms_and_a_rerun_adds_no_duplicate() {
+    const N: usize = 3_000;
+    let vh = TestVhost::new("restore-term");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", FieldTable::new());
+    publish_bulk(&ch, "q", N, BODY);
+    let dir = TempDir::new("restore-term");
+    let store = dir.path().join("store");
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("t", &vh.name, &store, ""),
+    );
+    assert_eq!(
+        run_cli(&["backup", "--config", &cfg]).status.code(),
+        Some(0)
+    );
+    let target = vh.sibling("target");
+    management().create_vhost(&target).unwrap();
+    management().set_permissions(&target, "guest").unwrap();
+    let state = dir.path().join("restore.db");
+    let restore = |extra: &str| {
+        restore_yaml(
+            "t",
+            &store,
+            &format!(
+                "  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  checkpoint_state: \"{}\"\n  vhost_mapping:\n    \"{v}\": \"{target}\"\n{extra}",
+                state.display(),
+                v = vh.name
+            ),
+        )
+    };
+    let r1 = write_config(
+        dir.path(),
+        "r1.yaml",
+        &restore("  rate_limit_messages_per_sec: 1000\n"),
+    );
+    let (mut child, lines) = spawn(&["restore", "--config", &r1], &[]);
+    wait_line(&lines, &format!("queue q in vhost {}: restoring", vh.name));
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(status.code(), Some(143));
+    let tconn = connect(&target);
+    let first = queue_seqs(&tconn, "q");
+    assert!(
+        !first.is_empty() && first.len() < N,
+        "{} published",
+        first.len()
+    );
+
+    // The stop waited for the confirms and checkpointed everything it published: the rerun
+    // publishes the rest, nothing twice.
+    let r2 = write_config(dir.path(), "r2.yaml", &restore(""));
+    let out = run_cli(&["restore", "--config", &r2]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert_eq!(queue_seqs(&tconn, "q"), (0..N as i64).collect::<Vec<_>>());
+}
