@@ -132,30 +132,18 @@ fn run_job(
     // A manifest with completed_at null first: a run that dies from here on reads as
     // interrupted, and never leaves an older manifest in front of new segments.
     write_manifest(storage.as_ref(), &manifest)?;
-    let checkpoints = match &cfg.offset_storage {
-        Some(os) => Some(Arc::new(checkpoint::sync::open(os, storage.as_ref())?)),
+    let (checkpoints, syncer) = match &cfg.offset_storage {
+        Some(os) => {
+            let (cp, syncer) =
+                checkpoint::sync::start(os, storage.clone(), opts.sync_interval_secs)?;
+            (Some(cp), syncer)
+        }
         None => {
             if interrupted_before {
                 log::warn!("no offset_storage configured: every queue is read again from the start (the broker still holds them all), and the segments of the earlier run are replaced");
             }
-            None
+            (None, None)
         }
-    };
-    let syncer = match (
-        &checkpoints,
-        cfg.offset_storage.as_ref().and_then(|o| o.s3_key.clone()),
-    ) {
-        (Some(cp), Some(key)) => Some(checkpoint::sync::Syncer::start(
-            cp.clone(),
-            storage.clone(),
-            key,
-            Duration::from_secs(
-                cfg.offset_storage
-                    .as_ref()
-                    .map_or(30, |o| o.sync_interval_secs),
-            ),
-        )?),
-        _ => None,
     };
 
     let (queues, skipped) = select_queues(&mgmt, source)?;

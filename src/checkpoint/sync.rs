@@ -72,6 +72,28 @@ pub fn open(cfg: &OffsetStorageConfig, storage: &dyn Storage) -> Result<Checkpoi
     }
 }
 
+/// Opens the database of `cfg` ([`open`]) and, with an `s3_key`, starts its [`Syncer`]. SPEC.md
+/// has the sync interval twice (`offset_storage.sync_interval_secs` and
+/// `backup.sync_interval_secs`, both default 30): the shorter one is used, `backup_sync_secs`
+/// being the latter.
+pub fn start(
+    cfg: &OffsetStorageConfig,
+    storage: Arc<dyn Storage>,
+    backup_sync_secs: u64,
+) -> Result<(Arc<Checkpoints>, Option<Syncer>)> {
+    let checkpoints = Arc::new(open(cfg, storage.as_ref())?);
+    let syncer = match &cfg.s3_key {
+        Some(key) => Some(Syncer::start(
+            checkpoints.clone(),
+            storage,
+            key.clone(),
+            Duration::from_secs(cfg.sync_interval_secs.min(backup_sync_secs).max(1)),
+        )?),
+        None => None,
+    };
+    Ok((checkpoints, syncer))
+}
+
 /// Uploads a snapshot of `checkpoints` to `key` in `storage`, and counts it.
 pub fn push(checkpoints: &Checkpoints, storage: &dyn Storage, key: &str) -> Result<()> {
     let tmp = unique_file(&std::env::temp_dir(), "rmq-backup-offsets-snapshot");
