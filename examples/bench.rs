@@ -24,7 +24,6 @@
 mod bench_common;
 
 use bench_common::*;
-use rmq_backup::amqp::FieldTable;
 use rmq_backup::management::ManagementClient;
 use std::time::Duration;
 
@@ -50,6 +49,7 @@ fn main() {
     // Raw read and backup alternate, `rounds` times each, on the same queue.
     let (mut raw_reads, mut raw_wholes, mut backups, mut backup_rss) =
         (Vec::new(), Vec::new(), Vec::new(), 0);
+    let (mut backup_cpu, mut restore_cpu) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         std::thread::sleep(Duration::from_secs(1));
         let raw = raw_read(&sconn, "bench", n);
@@ -71,7 +71,9 @@ fn main() {
             ),
         )
         .expect("config");
-        let (t, rss) = run_tool(&bin, &["backup", "--config", cfg.to_str().unwrap()]);
+        let run = run_tool_measured(&bin, &["backup", "--config", cfg.to_str().unwrap()], &[]);
+        let (t, rss) = (run.wall, run.peak_kib);
+        backup_cpu.push(run.cpu_secs * 100_000.0 / n as f64);
         backups.push(rate(n, t));
         println!(
             "round {}: rmq-backup backup: {:.0} msg/s",
@@ -96,7 +98,7 @@ fn main() {
     for round in 0..rounds {
         let rconn = connect(raw);
         let ch = rconn.open_channel().expect("channel");
-        ch.queue_declare("bench", true, false, false, &FieldTable::new())
+        ch.queue_declare("bench", true, false, false, &queue_args())
             .expect("declare");
         ch.close().expect("close");
         std::thread::sleep(Duration::from_secs(1));
@@ -109,10 +111,13 @@ fn main() {
         let _ = mgmt.delete_queue(raw, "bench");
         drop(rconn);
         std::thread::sleep(Duration::from_secs(1));
-        let (t, rss) = run_tool(
+        let run = run_tool_measured(
             &bin,
             &["restore", "--config", restore_cfg.to_str().unwrap()],
+            &[],
         );
+        let (t, rss) = (run.wall, run.peak_kib);
+        restore_cpu.push(run.cpu_secs * 100_000.0 / n as f64);
         restores.push(rate(n, t));
         println!(
             "round {}: rmq-backup restore: {:.0} msg/s",
@@ -125,7 +130,8 @@ fn main() {
 
     println!();
     println!(
-        "{n} x {size} B {kind} bodies, classic queue, filesystem, {compression}-3; medians of {rounds} rounds"
+        "{n} x {size} B {kind} bodies, {} queue, filesystem, {compression}-3; medians of {rounds} rounds",
+        queue_type()
     );
     println!(
         "{:<40} {:>8} {:>18} {:>18}",
@@ -161,6 +167,30 @@ fn main() {
     let rss = format!("peak RSS {restore_rss} KiB");
     row("rmq-backup restore", &restores, Some(&raw_pubs), &rss);
     println!("(rmq-backup times are whole-process wall times: start-up, the give-back of every message and the manifest included)");
+    println!(
+        "CPU seconds (user + system) per 100,000 messages: backup {:.2}, restore {:.2}",
+        median(backup_cpu.clone()),
+        median(restore_cpu.clone())
+    );
+    // One line for scripts/bench.sh matrix.
+    let json = serde_json::json!({
+        "messages": n,
+        "body_bytes": size,
+        "body": if text { "text" } else { "random" },
+        "queue_type": queue_type(),
+        "compression": compression,
+        "raw_read_whole_msg_s": median(raw_wholes.clone()).round(),
+        "backup_msg_s": median(backups.clone()).round(),
+        "backup_ratio": median(backups.iter().zip(&raw_wholes).map(|(r, b)| r / b).collect()),
+        "backup_cpu_s_per_100k": median(backup_cpu),
+        "backup_peak_rss_kib": backup_rss,
+        "raw_publish_msg_s": median(raw_pubs.clone()).round(),
+        "restore_msg_s": median(restores.clone()).round(),
+        "restore_ratio": median(restores.iter().zip(&raw_pubs).map(|(r, b)| r / b).collect()),
+        "restore_cpu_s_per_100k": median(restore_cpu),
+        "restore_peak_rss_kib": restore_rss,
+    });
+    println!("BENCH_JSON {json}");
 
     for v in [src, dst, raw] {
         let _ = mgmt.delete_vhost(v);

@@ -143,13 +143,40 @@ pub fn raw_read(conn: &Connection, queue: &str, n: usize) -> RawRead {
     RawRead { delivered, whole }
 }
 
+/// What one run of rmq-backup took.
+pub struct ToolRun {
+    pub wall: Duration,
+    /// Peak RSS in KiB (VmHWM, polled every 20 ms).
+    pub peak_kib: u64,
+    /// CPU seconds, user + system (`/proc/<pid>/stat`, polled every 20 ms: the last 20 ms may
+    /// be missing).
+    pub cpu_secs: f64,
+}
+
 /// Runs rmq-backup, returning its wall time and peak RSS in KiB (VmHWM polled every 20 ms).
 pub fn run_tool(bin: &str, args: &[&str]) -> (Duration, u64) {
-    run_tool_env(bin, args, &[])
+    let r = run_tool_measured(bin, args, &[]);
+    (r.wall, r.peak_kib)
 }
 
 /// [`run_tool`] with extra environment variables.
 pub fn run_tool_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (Duration, u64) {
+    let r = run_tool_measured(bin, args, env);
+    (r.wall, r.peak_kib)
+}
+
+/// User + system CPU seconds of process `pid` so far (fields 14 and 15 of `/proc/<pid>/stat`).
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let (utime, stime): (f64, f64) = (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
+    // Clock ticks: 100 per second on Linux (USER_HZ).
+    Some((utime + stime) / 100.0)
+}
+
+/// Runs rmq-backup and measures it (wall time, peak RSS, CPU seconds).
+pub fn run_tool_measured(bin: &str, args: &[&str], env: &[(&str, &str)]) -> ToolRun {
     let started = Instant::now();
     let mut child = Command::new(bin)
         .args(args)
@@ -159,7 +186,11 @@ pub fn run_tool_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (Duration
         .expect("spawn rmq-backup");
     let status_path = format!("/proc/{}/status", child.id());
     let mut peak = 0u64;
+    let mut cpu = 0f64;
     loop {
+        if let Some(c) = cpu_secs(child.id()) {
+            cpu = c;
+        }
         if let Ok(s) = std::fs::read_to_string(&status_path) {
             if let Some(kb) = s
                 .lines()
@@ -178,7 +209,11 @@ pub fn run_tool_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (Duration
             }
             print!("    {out}");
             assert!(status.success(), "rmq-backup {args:?} failed: {status}");
-            return (took, peak);
+            return ToolRun {
+                wall: took,
+                peak_kib: peak,
+                cpu_secs: cpu,
+            };
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -234,18 +269,35 @@ pub fn fresh_vhost(mgmt: &rmq_backup::management::ManagementClient, vhost: &str)
     mgmt.set_permissions(vhost, "guest").expect("permissions");
 }
 
-/// Declares the classic queue `bench` in `vhost`, publishes `a.n` messages into it, and
-/// returns the connection.
+/// The queue type of the benchmark: `BENCH_QUEUE_TYPE` (`classic`, the default, or `quorum`).
+pub fn queue_type() -> String {
+    std::env::var("BENCH_QUEUE_TYPE").unwrap_or_else(|_| "classic".into())
+}
+
+/// The arguments that declare a queue of [`queue_type`].
+pub fn queue_args() -> FieldTable {
+    match queue_type().as_str() {
+        "classic" => FieldTable::new(),
+        other => vec![(
+            "x-queue-type".into(),
+            rmq_backup::amqp::FieldValue::LongString(other.as_bytes().to_vec()),
+        )],
+    }
+}
+
+/// Declares the queue `bench` ([`queue_type`]) in `vhost`, publishes `a.n` messages into it,
+/// and returns the connection.
 pub fn seed(vhost: &str, a: &Args) -> Connection {
     println!(
-        "seeding {} x {} B {} messages (20 headers) into a classic queue ...",
+        "seeding {} x {} B {} messages (20 headers) into a {} queue ...",
         a.n,
         a.size,
-        a.kind()
+        a.kind(),
+        queue_type()
     );
     let conn = connect(vhost);
     let ch = conn.open_channel().expect("channel");
-    ch.queue_declare("bench", true, false, false, &FieldTable::new())
+    ch.queue_declare("bench", true, false, false, &queue_args())
         .expect("declare");
     ch.close().expect("close");
     publish(&conn, "bench", a.n, a.size, a.text);
