@@ -734,3 +734,72 @@ fn sigterm_stops_a_restore_after_its_confirms_and_a_rerun_adds_no_duplicate() {
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     assert_eq!(queue_seqs(&tconn, "q"), (0..N as i64).collect::<Vec<_>>());
 }
+
+/// A `db_path` in a directory the user may not write: `unable to open database file`, exit 2,
+/// nothing on the broker changed. As `nobody` when the tests run as root.
+#[test]
+fn an_unwritable_db_path_is_a_clear_error() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let vh = TestVhost::new("cp-unwritable");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", FieldTable::new());
+    publish_bulk(&ch, "q", 10, BODY);
+    let dir = TempDir::new("cp-unwritable");
+    let store = dir.path().join("store");
+    let work = dir.path().join("work");
+    let locked = dir.path().join("locked");
+    for d in [&store, &work, &locked] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let is_root = running_as_root();
+    if is_root {
+        for d in [&store, &work] {
+            chown(d, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let db = locked.join("offsets.db");
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml(
+            "u",
+            &vh.name,
+            &store,
+            &format!("offset_storage:\n  db_path: \"{}\"\n", db.display()),
+        ),
+    );
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let bin = env!("CARGO_BIN_EXE_rmq-backup");
+    let mut cmd = if is_root {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            bin,
+        ]);
+        c
+    } else {
+        Command::new(bin)
+    };
+    let out = cmd
+        .args(["backup", "--config", &cfg])
+        .env("RMQ_BACKUP_SPOOL_DIR", &work)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.lines().last().unwrap_or("").starts_with(&format!(
+            "Checkpoint error: unable to open database file: {}",
+            db.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!db.exists());
+    assert_eq!(depth(&conn, "q"), 10);
+}
