@@ -1,7 +1,10 @@
 //! Throughput benchmark: rmq-backup against a raw client (the project's own AMQP client) on the
 //! same broker, in the same run. Run it with `scripts/bench.sh` (release build).
 //!
-//! 1. seed a classic queue with N messages of S bytes and 20 headers;
+//! 1. seed a classic queue (or `BENCH_QUEUE_TYPE`) with N messages of S bytes and 20 headers
+//!    (or `BENCH_QUEUES` queues of N / BENCH_QUEUES messages each; `max_concurrent_queues` is
+//!    then `BENCH_CONCURRENCY`, default 4, and the raw client reads and publishes every queue
+//!    at once, one connection each);
 //! 2. raw read: consume all N without acks (sequential 65,535 windows), then give them back by
 //!    closing the channels and wait until the queue is whole again. Two times are kept: to the
 //!    last delivery, and to the queue whole again (the same job as a backup's read, which must
@@ -10,7 +13,9 @@
 //! 4. raw publish with confirms (window 1000) of N messages of S bytes into an empty queue;
 //! 5. `rmq-backup restore` of the backup into an empty queue (direct-to-queue, confirms);
 //!
-//! and prints messages/s, the ratios, and each rmq-backup run's peak RSS (VmHWM).
+//! and prints messages/s, the ratios, and each rmq-backup run's peak RSS (VmHWM). With zstd, a
+//! second reference: the compression ceiling, zstd at the same level compressing the same records
+//! on every core with nothing else running (`compression_ceiling`).
 //!
 //! ```text
 //! bench <path to rmq-backup> [messages=100000] [body bytes=1024] [random|text]
@@ -27,6 +32,21 @@ use bench_common::*;
 use rmq_backup::management::ManagementClient;
 use std::time::Duration;
 
+/// Bytes of the files under `dir`, recursively.
+fn walk_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => walk_bytes(&e.path()),
+                    _ => e.metadata().map_or(0, |m| m.len()),
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS")
         .ok()
@@ -36,6 +56,11 @@ fn main() {
     let a = Args::parse();
     let (bin, n, size, text, kind) = (a.bin.clone(), a.n, a.size, a.text, a.kind());
     let compression = std::env::var("BENCH_COMPRESSION").unwrap_or_else(|_| "zstd".into());
+    // zstd level (`BENCH_LEVEL`, default 3).
+    let level: i32 = std::env::var("BENCH_LEVEL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let mgmt = ManagementClient::new(MGMT, "guest", "guest").expect("management");
     let (src, dst, raw) = ("rmqb-bench-src", "rmqb-bench-dst", "rmqb-bench-raw");
     for v in [src, dst, raw] {
@@ -44,6 +69,24 @@ fn main() {
     let work = std::env::temp_dir().join(format!("rmqb-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).expect("work dir");
     let store = work.join("store");
+    let queues = queue_names();
+    let per_queue = n / queues.len();
+    let n = per_queue * queues.len();
+    let concurrency: usize = std::env::var("BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    // The ceiling first, while nothing else runs (a sample of at most 256 MB of record JSON).
+    let ceiling = (compression == "zstd").then(|| {
+        let sample = sample_records(n, size, text, 256 << 20);
+        let c = compression_ceiling(&sample, level);
+        println!(
+            "compression ceiling: zstd-{level} on {} cores compresses these records at {c:.0} msg/s ({} records sampled)",
+            std::thread::available_parallelism().map_or(1, |c| c.get()),
+            sample.len()
+        );
+        c
+    });
     let sconn = seed(src, &a);
 
     // Raw read and backup alternate, `rounds` times each, on the same queue.
@@ -52,7 +95,11 @@ fn main() {
     let (mut backup_cpu, mut restore_cpu) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         std::thread::sleep(Duration::from_secs(1));
-        let raw = raw_read(&sconn, "bench", n);
+        let raw = if queues.len() == 1 {
+            raw_read(&sconn, "bench", n)
+        } else {
+            raw_read_parallel(src, &queues, per_queue)
+        };
         raw_reads.push(rate(n, raw.delivered));
         raw_wholes.push(rate(n, raw.whole));
         println!(
@@ -66,7 +113,7 @@ fn main() {
         std::fs::write(
             &cfg,
             format!(
-                "mode: backup\nbackup_id: bench-{round}\nsource:\n  amqp_url: \"{AMQP}/{src}\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: {compression}\n  compression_level: 3\n  include_definitions: false\n",
+                "mode: backup\nbackup_id: bench-{round}\nsource:\n  amqp_url: \"{AMQP}/{src}\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: {compression}\n  compression_level: {level}\n  include_definitions: false\n  max_concurrent_queues: {concurrency}\n",
                 store.display()
             ),
         )
@@ -84,12 +131,34 @@ fn main() {
     }
     drop(sconn);
 
+    // validate --deep of the first backup: MB/s of stored bytes (segments checked in parallel).
+    let stored: u64 = walk_bytes(&store.join("bench-0"));
+    let run = run_tool_measured(
+        &bin,
+        &[
+            "validate",
+            "--path",
+            &format!("file://{}", store.display()),
+            "--backup-id",
+            "bench-0",
+            "--deep",
+        ],
+        &[],
+    );
+    let validate_mb_s = stored as f64 / run.wall.as_secs_f64() / 1e6;
+    println!(
+        "validate --deep: {:.1} MB stored in {:.2} s: {validate_mb_s:.0} MB/s, {:.2} CPU-s",
+        stored as f64 / 1e6,
+        run.wall.as_secs_f64(),
+        run.cpu_secs
+    );
+
     // Raw publish and restore alternate into empty queues.
     let restore_cfg = work.join("restore.yaml");
     std::fs::write(
         &restore_cfg,
         format!(
-            "mode: restore\nbackup_id: bench-0\ntarget:\n  amqp_url: \"{AMQP}/%2f\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\nstorage:\n  backend: filesystem\n  path: \"{}\"\nrestore:\n  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{src}\": \"{dst}\"\n",
+            "mode: restore\nbackup_id: bench-0\ntarget:\n  amqp_url: \"{AMQP}/%2f\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\nstorage:\n  backend: filesystem\n  path: \"{}\"\nrestore:\n  max_concurrent_queues: {concurrency}\n  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{src}\": \"{dst}\"\n",
             store.display()
         ),
     )
@@ -98,17 +167,24 @@ fn main() {
     for round in 0..rounds {
         let rconn = connect(raw);
         let ch = rconn.open_channel().expect("channel");
-        ch.queue_declare("bench", true, false, false, &queue_args())
-            .expect("declare");
+        for q in &queues {
+            ch.queue_declare(q, true, false, false, &queue_args())
+                .expect("declare");
+        }
         ch.close().expect("close");
         std::thread::sleep(Duration::from_secs(1));
-        raw_pubs.push(rate(n, publish(&rconn, "bench", n, size, text)));
+        raw_pubs.push(rate(
+            n,
+            publish_parallel(raw, &queues, per_queue, size, text),
+        ));
         println!(
-            "round {}: raw publish with confirms (own client, window 1000): {:.0} msg/s",
+            "round {}: raw publish with confirms (own client, window 1000, a connection per queue): {:.0} msg/s",
             round + 1,
             raw_pubs[round]
         );
-        let _ = mgmt.delete_queue(raw, "bench");
+        for q in &queues {
+            let _ = mgmt.delete_queue(raw, q);
+        }
         drop(rconn);
         std::thread::sleep(Duration::from_secs(1));
         let run = run_tool_measured(
@@ -125,12 +201,15 @@ fn main() {
             restores[round]
         );
         restore_rss = restore_rss.max(rss);
-        let _ = mgmt.delete_queue(dst, "bench");
+        for q in &queues {
+            let _ = mgmt.delete_queue(dst, q);
+        }
     }
 
     println!();
     println!(
-        "{n} x {size} B {kind} bodies, {} queue, filesystem, {compression}-3; medians of {rounds} rounds",
+        "{n} x {size} B {kind} bodies, {} {} queue(s) (max_concurrent_queues {concurrency}), filesystem, {compression}-{level}; medians of {rounds} rounds",
+        queues.len(),
         queue_type()
     );
     println!(
@@ -163,6 +242,16 @@ fn main() {
         Some(&raw_wholes),
         &rss,
     );
+    if let Some(c) = ceiling {
+        let lower: Vec<f64> = raw_wholes.iter().map(|r| r.min(c)).collect();
+        println!("{:<40} {c:>8.0}", "compression ceiling (zstd, all cores)");
+        row(
+            "rmq-backup backup / lower of the two",
+            &backups,
+            Some(&lower),
+            "(queue whole again, compression ceiling)",
+        );
+    }
     row("raw publish with confirms", &raw_pubs, None, "");
     let rss = format!("peak RSS {restore_rss} KiB");
     row("rmq-backup restore", &restores, Some(&raw_pubs), &rss);
@@ -178,7 +267,12 @@ fn main() {
         "body_bytes": size,
         "body": if text { "text" } else { "random" },
         "queue_type": queue_type(),
+        "queues": queues.len(),
+        "max_concurrent_queues": concurrency,
+        "compression_ceiling_msg_s": ceiling.map(f64::round),
+        "backup_ratio_to_lower": median(backups.iter().zip(&raw_wholes).map(|(r, b)| r / ceiling.map_or(*b, |c| b.min(c))).collect()),
         "compression": compression,
+        "level": level,
         "raw_read_whole_msg_s": median(raw_wholes.clone()).round(),
         "backup_msg_s": median(backups.clone()).round(),
         "backup_ratio": median(backups.iter().zip(&raw_wholes).map(|(r, b)| r / b).collect()),
@@ -189,6 +283,7 @@ fn main() {
         "restore_ratio": median(restores.iter().zip(&raw_pubs).map(|(r, b)| r / b).collect()),
         "restore_cpu_s_per_100k": median(restore_cpu),
         "restore_peak_rss_kib": restore_rss,
+        "validate_deep_mb_s": validate_mb_s.round(),
     });
     println!("BENCH_JSON {json}");
 

@@ -4,51 +4,69 @@
 #
 # Usage: scripts/bench.sh [messages=100000] [body_bytes=1024]   (random and JSON-like bodies)
 #        scripts/bench.sh matrix    (every shape below, one table, target/bench-matrix.json)
+#        scripts/bench.sh pipeline  (the backup pipeline without a broker, 0/1/2 zstd workers)
 #        scripts/bench.sh storage [messages=100000] [body_bytes=1024]
 #          backup throughput to filesystem, S3, Azure Blob and GCS (the local emulators)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-rabbitmq.sh
 if [[ "${1:-}" == matrix ]]; then
-  # One command for the shapes of the performance issue that the bench measures today: each
-  # line "messages body_bytes body queue_type compression". Prints one table and writes
-  # target/bench-matrix.json. BENCH_ROUNDS (default 3 here) rounds per shape.
+  # One command for the shapes of the performance issue: each line "messages body_bytes body
+  # queue_type compression level queues max_concurrent_queues". Prints one table and writes
+  # target/bench-matrix.json. BENCH_ROUNDS (default 3 here) rounds per shape; BENCH_SHAPES=<regex>
+  # keeps the matching lines only.
   cargo build --release --quiet --bin rmq-backup --example bench
   export BENCH_ROUNDS="${BENCH_ROUNDS:-3}"
   out=target/bench-matrix.jsonl
   : > "$out"
-  while read -r n size body qtype comp; do
+  while read -r n size body qtype comp level queues conc; do
     [[ -z "$n" || "$n" == \#* ]] && continue
-    echo "== $n x $size B $body, $qtype, $comp"
-    BENCH_QUEUE_TYPE="$qtype" BENCH_COMPRESSION="$comp" \
+    line="$n $size $body $qtype $comp $level $queues $conc"
+    [[ -n "${BENCH_SHAPES:-}" && ! "$line" =~ ${BENCH_SHAPES} ]] && continue
+    echo "== $n x $size B $body, $queues $qtype queue(s), max_concurrent_queues $conc, $comp-$level"
+    BENCH_QUEUE_TYPE="$qtype" BENCH_COMPRESSION="$comp" BENCH_LEVEL="$level" \
+      BENCH_QUEUES="$queues" BENCH_CONCURRENCY="$conc" \
       target/release/examples/bench target/release/rmq-backup "$n" "$size" "$body" \
       | tee /dev/stderr | sed -n 's/^BENCH_JSON //p' >> "$out"
   done <<'SHAPES'
-100000 1024 text classic zstd
-100000 1024 random classic zstd
-100000 1024 text quorum zstd
-100000 1024 text classic lz4
-100000 1024 text classic none
-5000 65536 text classic zstd
-5000 65536 random classic zstd
-5000 65536 random classic lz4
-5000 65536 random classic none
-300 1048576 random classic zstd
-1000000 1024 text classic zstd
+100000 1024 text classic zstd 3 1 4
+100000 1024 random classic zstd 3 1 4
+100000 1024 text quorum zstd 3 1 4
+100000 1024 text classic lz4 3 1 4
+100000 1024 text classic none 3 1 4
+200000 1024 text classic zstd 3 8 4
+200000 1024 text classic zstd 3 8 8
+5000 65536 text classic zstd 3 1 4
+5000 65536 random classic zstd 3 1 4
+5000 65536 random classic zstd 1 1 4
+5000 65536 random classic lz4 3 1 4
+5000 65536 random classic none 3 1 4
+300 1048576 random classic zstd 3 1 4
+1000000 1024 text classic zstd 3 1 4
 SHAPES
   python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 json.dump(rows, open("target/bench-matrix.json", "w"), indent=1)
 print()
-print(f"{'shape':<40} {'backup msg/s':>12} {'vs raw':>7} {'CPU-s/100k':>10} {'RSS MB':>7} {'restore msg/s':>13} {'vs raw':>7} {'CPU-s/100k':>10} {'RSS MB':>7}")
+print(f"{'shape':<46} {'raw read':>8} {'ceiling':>8} {'backup':>7} {'ratio':>5} {'CPU-s':>6} {'RSS':>4} {'raw pub':>7} {'restore':>7} {'ratio':>5} {'CPU-s':>6} {'RSS':>4} {'validate':>8}")
+print(f"{'':<46} {'msg/s':>8} {'msg/s':>8} {'msg/s':>7} {'':>5} {'/100k':>6} {'MB':>4} {'msg/s':>7} {'msg/s':>7} {'':>5} {'/100k':>6} {'MB':>4} {'MB/s':>8}")
 for r in rows:
-    shape = f"{r['messages']} x {r['body_bytes']} B {r['body']}, {r['queue_type']}, {r['compression']}"
-    print(f"{shape:<40} {r['backup_msg_s']:>12.0f} {r['backup_ratio']:>7.2f} {r['backup_cpu_s_per_100k']:>10.2f} {r['backup_peak_rss_kib']/1024:>7.0f} "
-          f"{r['restore_msg_s']:>13.0f} {r['restore_ratio']:>7.2f} {r['restore_cpu_s_per_100k']:>10.2f} {r['restore_peak_rss_kib']/1024:>7.0f}")
+    comp = r['compression'] + (f"-{r['level']}" if r['compression'] == 'zstd' else '')
+    q = r.get('queues', 1)
+    qs = f"{q} x {r['messages'] // q}" if q > 1 else f"{r['messages']}"
+    shape = f"{qs} x {r['body_bytes']} B {r['body']}, {r['queue_type']}, {comp}" + (f", mcq {r['max_concurrent_queues']}" if q > 1 else "")
+    ceiling = r.get('compression_ceiling_msg_s') or 0
+    print(f"{shape:<46} {r['raw_read_whole_msg_s']:>8.0f} {ceiling:>8.0f} {r['backup_msg_s']:>7.0f} {r['backup_ratio_to_lower']:>5.2f} {r['backup_cpu_s_per_100k']:>6.2f} {r['backup_peak_rss_kib']/1024:>4.0f} "
+          f"{r['raw_publish_msg_s']:>7.0f} {r['restore_msg_s']:>7.0f} {r['restore_ratio']:>5.2f} {r['restore_cpu_s_per_100k']:>6.2f} {r['restore_peak_rss_kib']/1024:>4.0f} {r['validate_deep_mb_s']:>8.0f}")
+print("ratio: backup to the lower of the raw read (to the queue whole again) and the compression ceiling; restore to the raw publish with confirms")
 print("(written to target/bench-matrix.json)")
 PY
   exit 0
+fi
+if [[ "${1:-}" == pipeline ]]; then
+  cargo build --release --quiet --example pipeline_bench
+  exec target/release/examples/pipeline_bench
 fi
 if [[ "${1:-}" == storage ]]; then
   shift

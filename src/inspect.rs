@@ -419,18 +419,28 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
                 )),
             ));
         }
-        for s in &q.segments {
-            report.segments_checked += 1;
-            let checked = match &spool {
-                Some(dir) => check_segment_deep(storage, s, dir.path()),
-                None => check_segment_exists(storage, s).map(|()| 0),
-            };
-            match checked {
-                Ok(records) => report.records_checked += records,
-                // Storage that cannot be read is no proof of damage: the run fails (exit 1).
-                Err(e) if !is_damage(&e) => return Err(e),
-                Err(e) => problems.push(problem(&s.key, e)),
-            }
+    }
+    let segments: Vec<&manifest::SegmentMetadata> =
+        m.queues.iter().flat_map(|q| &q.segments).collect();
+    let mut checked = check_segments(storage, &segments, spool.as_ref().map(|d| d.path()));
+    // Storage that cannot be read is no proof of damage: the run fails (exit 1).
+    if let Some(i) = checked
+        .iter()
+        .position(|r| matches!(r, Some(Err(e)) if !is_damage(e)))
+    {
+        if let Some(Err(e)) = checked.swap_remove(i) {
+            return Err(e);
+        }
+    }
+    for (s, checked) in segments.iter().zip(checked) {
+        report.segments_checked += 1;
+        match checked {
+            Some(Ok(records)) => report.records_checked += records,
+            Some(Err(e)) => problems.push(problem(&s.key, e)),
+            None => problems.push(problem(
+                &s.key,
+                Error::Io("a validation thread stopped before checking it".into()),
+            )),
         }
     }
     report.problems = problems;
@@ -462,18 +472,66 @@ fn check_segment_exists(storage: &dyn Storage, s: &manifest::SegmentMetadata) ->
     }
 }
 
+/// Checks `segments` (deep when a spool directory is given) on one thread per core
+/// (`std::thread::available_parallelism`), fetching, decompressing and decoding them side by
+/// side; the results are in the order of `segments`. After a failure to reach the storage the
+/// remaining segments are not fetched (`None`: the run fails with that error).
+fn check_segments(
+    storage: &dyn Storage,
+    segments: &[&manifest::SegmentMetadata],
+    spool: Option<&std::path::Path>,
+) -> Vec<Option<Result<u64>>> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(segments.len().max(1));
+    let next = AtomicUsize::new(0);
+    let unreachable = AtomicBool::new(false);
+    let results: Vec<std::sync::Mutex<Option<Result<u64>>>> = segments
+        .iter()
+        .map(|_| std::sync::Mutex::new(None))
+        .collect();
+    std::thread::scope(|scope| {
+        for worker in 0..threads {
+            let (next, unreachable, results) = (&next, &unreachable, &results);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(s) = segments.get(i) else { break };
+                if unreachable.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let r = match spool {
+                    Some(dir) => {
+                        check_segment_deep(storage, s, &dir.join(format!("validate-{worker}.rbak")))
+                    }
+                    None => check_segment_exists(storage, s).map(|()| 0),
+                };
+                if matches!(&r, Err(e) if !is_damage(e)) {
+                    unreachable.store(true, Ordering::Relaxed);
+                }
+                if let Ok(mut slot) = results[i].lock() {
+                    *slot = Some(r);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|slot| slot.into_inner().ok().flatten())
+        .collect()
+}
+
 /// Fetches one segment and checks CRC32, SHA-256, record count and every record; returns the
 /// number of records.
 fn check_segment_deep(
     storage: &dyn Storage,
     s: &manifest::SegmentMetadata,
-    spool: &std::path::Path,
+    path: &std::path::Path,
 ) -> Result<u64> {
-    let path = spool.join("validate.rbak");
     let result = (|| {
-        storage.get_to_file(&s.key, &path)?;
-        let reader = SegmentReader::open(&path)?;
-        let sha = sha256_file(&path)?;
+        storage.get_to_file(&s.key, path)?;
+        let reader = SegmentReader::open(path)?;
+        let sha = sha256_file(path)?;
         if sha != s.checksum {
             return Err(Error::Serialization(format!(
                 "SHA-256 mismatch: expected {}, got {sha}",
@@ -493,7 +551,7 @@ fn check_segment_deep(
         }
         Ok(n)
     })();
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(path);
     result
 }
 

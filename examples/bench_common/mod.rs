@@ -30,49 +30,62 @@ pub fn headers(i: usize) -> FieldTable {
         .collect()
 }
 
+/// Message `i`'s body: random bytes (xorshift, `state` carries on; compression works hardest)
+/// or JSON-like text (typical payloads), `size` bytes, into `body`.
+pub fn make_body(i: usize, size: usize, text: bool, state: &mut u64, body: &mut Vec<u8>) {
+    body.clear();
+    if text {
+        let doc = format!(
+            "{{\"order_id\":{i},\"customer\":\"c-{}\",\"status\":\"created\",\"amount\":{}.{:02},\"items\":[",
+            i % 9973,
+            i % 5000,
+            i % 100
+        );
+        body.extend_from_slice(doc.as_bytes());
+        while body.len() < size {
+            body.extend_from_slice(
+                format!(
+                    "{{\"sku\":\"SKU-{}\",\"qty\":{}}},",
+                    body.len() * 7 % 1000,
+                    i % 9
+                )
+                .as_bytes(),
+            );
+        }
+        body.truncate(size);
+    } else {
+        body.resize(size, 0);
+        for b in body.iter_mut() {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            *b = (*state >> 24) as u8;
+        }
+    }
+}
+
+/// Message `i`'s properties: persistent, a message id and [`headers`].
+pub fn properties(i: usize) -> BasicProperties {
+    BasicProperties {
+        delivery_mode: Some(2),
+        message_id: Some(format!("m-{i}")),
+        headers: Some(headers(i)),
+        ..Default::default()
+    }
+}
+
+/// The seed of [`make_body`]'s random bodies.
+pub const BODY_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
+
 pub fn publish(conn: &Connection, queue: &str, n: usize, size: usize, text: bool) -> Duration {
     let ch = conn.open_channel().expect("channel");
     ch.confirm_select().expect("confirm");
-    // Random bodies (xorshift: compression works hardest) or JSON-like text (typical payloads).
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut body = vec![0u8; size];
+    let mut state = BODY_SEED;
+    let mut body = Vec::with_capacity(size);
     let started = Instant::now();
     for i in 0..n {
-        if text {
-            let doc = format!(
-                "{{\"order_id\":{i},\"customer\":\"c-{}\",\"status\":\"created\",\"amount\":{}.{:02},\"items\":[",
-                i % 9973,
-                i % 5000,
-                i % 100
-            );
-            body.clear();
-            body.extend_from_slice(doc.as_bytes());
-            while body.len() < size {
-                body.extend_from_slice(
-                    format!(
-                        "{{\"sku\":\"SKU-{}\",\"qty\":{}}},",
-                        body.len() * 7 % 1000,
-                        i % 9
-                    )
-                    .as_bytes(),
-                );
-            }
-            body.truncate(size);
-        } else {
-            for b in body.iter_mut() {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                *b = (state >> 24) as u8;
-            }
-        }
-        let props = BasicProperties {
-            delivery_mode: Some(2),
-            message_id: Some(format!("m-{i}")),
-            headers: Some(headers(i)),
-            ..Default::default()
-        };
-        ch.basic_publish("", queue, true, &props, &body)
+        make_body(i, size, text, &mut state, &mut body);
+        ch.basic_publish("", queue, true, &properties(i), &body)
             .expect("publish");
         if ch.outstanding_confirms() >= 1000 {
             ch.wait_for_confirms(500, Duration::from_secs(60))
@@ -84,6 +97,135 @@ pub fn publish(conn: &Connection, queue: &str, n: usize, size: usize, text: bool
     let took = started.elapsed();
     ch.close().expect("close");
     took
+}
+
+/// Publishes `per_queue` messages into each of `queues` in `vhost` at once, one connection
+/// per queue; returns the time until the last queue's confirms arrived.
+pub fn publish_parallel(
+    vhost: &str,
+    queues: &[String],
+    per_queue: usize,
+    size: usize,
+    text: bool,
+) -> Duration {
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for q in queues {
+            s.spawn(move || {
+                let conn = connect(vhost);
+                publish(&conn, q, per_queue, size, text);
+            });
+        }
+    });
+    started.elapsed()
+}
+
+/// [`raw_read`] of each of `queues` in `vhost` at once, one connection per queue; the times
+/// are the last queue's.
+pub fn raw_read_parallel(vhost: &str, queues: &[String], per_queue: usize) -> RawRead {
+    let reads: Vec<RawRead> = std::thread::scope(|s| {
+        let handles: Vec<_> = queues
+            .iter()
+            .map(|q| {
+                s.spawn(move || {
+                    let conn = connect(vhost);
+                    raw_read(&conn, q, per_queue)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("raw read"))
+            .collect()
+    });
+    RawRead {
+        delivered: reads.iter().map(|r| r.delivered).max().unwrap_or_default(),
+        whole: reads.iter().map(|r| r.whole).max().unwrap_or_default(),
+    }
+}
+
+/// The queues of the benchmark: `bench` alone, or `bench-0` .. `bench-{n-1}` when `BENCH_QUEUES`
+/// asks for several.
+pub fn queue_names() -> Vec<String> {
+    let n: usize = std::env::var("BENCH_QUEUES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    if n == 1 {
+        vec!["bench".to_string()]
+    } else {
+        (0..n).map(|i| format!("bench-{i}")).collect()
+    }
+}
+
+/// Records like the ones a backup of the benchmark's queue writes (the same bodies, properties
+/// and headers), at most `max_json_bytes` of their JSON: a sample for the compression ceiling.
+pub fn sample_records(n: usize, size: usize, text: bool, max_json_bytes: usize) -> Vec<Vec<u8>> {
+    let mut state = BODY_SEED;
+    let mut out = Vec::new();
+    let mut total = 0;
+    for i in 0..n {
+        let mut body = Vec::with_capacity(size);
+        make_body(i, size, text, &mut state, &mut body);
+        let d = rmq_backup::amqp::Delivery {
+            delivery_tag: i as u64 + 1,
+            redelivered: false,
+            exchange: String::new(),
+            routing_key: "bench".into(),
+            properties: properties(i),
+            body,
+        };
+        let rec = rmq_backup::record::BackupRecord::from_delivery(
+            d,
+            "bench",
+            "rmqb-bench-src",
+            1_700_000_000_000 + i as i64,
+        );
+        let mut json = Vec::new();
+        rmq_backup::record::encode_record(&rec, &mut json);
+        total += json.len() + 4;
+        out.push(json);
+        if total >= max_json_bytes {
+            break;
+        }
+    }
+    out
+}
+
+/// The format's compression ceiling on this machine: msg/s at which zstd at `level` compresses
+/// `records` (length-prefixed, as in a segment) on every core at once with nothing else running:
+/// the records are cut into one contiguous part per core, each compressed as one stream fed
+/// 1 MiB at a time, like a segment writer. Best of 3.
+pub fn compression_ceiling(records: &[Vec<u8>], level: i32) -> f64 {
+    use std::io::Write;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let part = records.len().div_ceil(cores);
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            for chunk in records.chunks(part.max(1)) {
+                s.spawn(move || {
+                    let mut enc =
+                        zstd::stream::write::Encoder::new(std::io::sink(), level).expect("zstd");
+                    let mut buf = Vec::with_capacity(1 << 20);
+                    for r in chunk {
+                        buf.extend_from_slice(&(r.len() as u32).to_le_bytes());
+                        buf.extend_from_slice(r);
+                        if buf.len() >= 1 << 20 {
+                            enc.write_all(&buf).expect("compress");
+                            buf.clear();
+                        }
+                    }
+                    enc.write_all(&buf).expect("compress");
+                    enc.finish().expect("finish");
+                });
+            }
+        });
+        best = best.max(rate(records.len(), started.elapsed()));
+    }
+    best
 }
 
 /// The two timings of one raw read (see [`raw_read`]).
@@ -166,7 +308,7 @@ pub fn run_tool_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (Duration
 }
 
 /// User + system CPU seconds of process `pid` so far (fields 14 and 15 of `/proc/<pid>/stat`).
-fn cpu_secs(pid: u32) -> Option<f64> {
+pub fn cpu_secs(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -285,21 +427,25 @@ pub fn queue_args() -> FieldTable {
     }
 }
 
-/// Declares the queue `bench` ([`queue_type`]) in `vhost`, publishes `a.n` messages into it,
-/// and returns the connection.
+/// Declares the queues of [`queue_names`] ([`queue_type`]) in `vhost`, publishes `a.n`
+/// messages into them (`a.n / queues` each), and returns a connection to `vhost`.
 pub fn seed(vhost: &str, a: &Args) -> Connection {
+    let queues = queue_names();
     println!(
-        "seeding {} x {} B {} messages (20 headers) into a {} queue ...",
+        "seeding {} x {} B {} messages (20 headers) into {} {} queue(s) ...",
         a.n,
         a.size,
         a.kind(),
+        queues.len(),
         queue_type()
     );
     let conn = connect(vhost);
     let ch = conn.open_channel().expect("channel");
-    ch.queue_declare("bench", true, false, false, &queue_args())
-        .expect("declare");
+    for q in &queues {
+        ch.queue_declare(q, true, false, false, &queue_args())
+            .expect("declare");
+    }
     ch.close().expect("close");
-    publish(&conn, "bench", a.n, a.size, a.text);
+    publish_parallel(vhost, &queues, a.n / queues.len(), a.size, a.text);
     conn
 }

@@ -110,6 +110,8 @@ pub(super) fn build_segments(
             }
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
         };
+        // The batch's mean body size chooses the compression pool of a segment opened now.
+        let mean_body = batch.iter().map(|r| r.body.len()).sum::<usize>() / batch.len().max(1);
         for record in &batch {
             json.clear();
             encode_record(record, &mut json);
@@ -128,8 +130,9 @@ pub(super) fn build_segments(
             }
             if current.is_none() {
                 let path = unique_file(ctx.spool, &format!("{}-{}", q.vhost, q.name));
+                let workers = crate::segment::zstd_workers(mean_body);
                 log::trace!(
-                    "queue {} in vhost {}: segment {} opened in {} ({:?}, level {})",
+                    "queue {} in vhost {}: segment {} opened in {} ({:?}, level {}, {workers} zstd workers)",
                     q.name,
                     q.vhost,
                     sequence + 1,
@@ -138,7 +141,12 @@ pub(super) fn build_segments(
                     ctx.opts.compression_level
                 );
                 current = Some((
-                    SegmentWriter::create(&path, ctx.compression, ctx.opts.compression_level)?,
+                    SegmentWriter::create_with_workers(
+                        &path,
+                        ctx.compression,
+                        ctx.opts.compression_level,
+                        workers,
+                    )?,
                     Instant::now(),
                 ));
             }

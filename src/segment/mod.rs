@@ -22,7 +22,7 @@ mod tests;
 mod writer;
 
 pub use reader::{Records, SegmentReader};
-pub use writer::{FinishedSegment, SegmentWriter};
+pub use writer::{zstd_workers, FinishedSegment, SegmentWriter, LARGE_BODY_BYTES};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

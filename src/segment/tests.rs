@@ -449,10 +449,17 @@ fn hex_and_sha_of_known_input() {
 #[test]
 fn zstd_workers_follow_the_cores() {
     use super::writer::default_zstd_workers;
-    assert_eq!(default_zstd_workers(1), 0);
-    assert_eq!(default_zstd_workers(2), 0);
-    assert_eq!(default_zstd_workers(4), 3);
-    assert_eq!(default_zstd_workers(64), 8);
+    use super::writer::LARGE_BODY_BYTES;
+    // Small bodies: the broker needs the second core of a small machine.
+    assert_eq!(default_zstd_workers(1, 1024), 0);
+    assert_eq!(default_zstd_workers(2, 1024), 0);
+    assert_eq!(default_zstd_workers(4, 1024), 3);
+    assert_eq!(default_zstd_workers(64, 1024), 8);
+    // Large bodies: compression bounds the backup, every core compresses.
+    assert_eq!(default_zstd_workers(1, LARGE_BODY_BYTES), 1);
+    assert_eq!(default_zstd_workers(2, LARGE_BODY_BYTES - 1), 0);
+    assert_eq!(default_zstd_workers(2, 1 << 20), 2);
+    assert_eq!(default_zstd_workers(64, 1 << 20), 8);
 }
 
 #[test]

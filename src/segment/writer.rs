@@ -87,32 +87,43 @@ const COMPRESS_CHUNK: usize = 1 << 20;
 /// memory of each segment being written to a few MiB (workers + 2 jobs, plus the window).
 const ZSTD_JOB_SIZE: u32 = 1 << 20;
 
-/// zstd worker threads per segment being written, or `RMQ_BACKUP_ZSTD_WORKERS` when set
-/// (0 = compress on the segment builder's thread). With workers, zstd compresses the segment's
-/// jobs in parallel while the builder goes on encoding records, and still writes one frame (the
-/// RBAK format is unchanged: SPEC.md "Segment file").
+/// Mean body size (bytes) from which a queue's records count as large: their compression, not
+/// the broker, bounds a backup, and zstd gets worker threads even on a small machine.
+pub const LARGE_BODY_BYTES: usize = 16 * 1024;
+
+/// zstd worker threads for a segment whose records carry bodies of `mean_body_bytes` on
+/// average, or `RMQ_BACKUP_ZSTD_WORKERS` when set (0 = compress on the segment builder's
+/// thread). The workers are the compression pool: zstd compresses the segment's 1 MiB jobs on
+/// them in parallel while the builder goes on encoding records, and still writes one frame (the
+/// RBAK format is unchanged: SPEC.md "Segment file"). A pool that compressed independent blocks
+/// would need one frame per block, which other readers of the format may not expect.
 ///
-/// Default: none on a machine of 2 cores or fewer, else the cores less one, at most 8
-/// (`std::thread::available_parallelism`). Measured on 2 cores shared with the broker (release,
-/// 2 rounds): 64 KiB random bodies backed up at 649 msg/s without workers, 702 with 1 and 913
-/// with 2 (RSS 26 -> 38 MB); 100,000 x 1 KiB text fell from 0.94 to 0.81-0.86 of the raw read
-/// with 2, the workers taking CPU the broker needed. So small machines keep compression on the
-/// builder's thread unless told otherwise.
-pub fn zstd_workers() -> u32 {
-    static WORKERS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *WORKERS.get_or_init(|| {
+/// Default (cores from `std::thread::available_parallelism`): large bodies
+/// ([`LARGE_BODY_BYTES`]) get one worker per core, at most 8; small bodies get none on a
+/// machine of 2 cores or fewer, else the cores less one, at most 8. Measured on 2 cores shared
+/// with the broker (release, 2 rounds): 64 KiB random bodies backed up at 649 msg/s without
+/// workers, 702 with 1 and 913 with 2 (RSS 26 -> 38 MB); 100,000 x 1 KiB text fell from 0.94 to
+/// 0.81-0.86 of the raw read with 2, the workers taking CPU the broker needed to deliver.
+pub fn zstd_workers(mean_body_bytes: usize) -> u32 {
+    static FORCED: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| {
         std::env::var("RMQ_BACKUP_ZSTD_WORKERS")
             .ok()
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| {
-                default_zstd_workers(std::thread::available_parallelism().map_or(1, |n| n.get()))
-            })
+    });
+    forced.unwrap_or_else(|| {
+        default_zstd_workers(
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            mean_body_bytes,
+        )
     })
 }
 
 /// [`zstd_workers`]' default for a machine of `cores` cores.
-pub(super) fn default_zstd_workers(cores: usize) -> u32 {
-    if cores <= 2 {
+pub(super) fn default_zstd_workers(cores: usize, mean_body_bytes: usize) -> u32 {
+    if mean_body_bytes >= LARGE_BODY_BYTES {
+        cores.min(8) as u32
+    } else if cores <= 2 {
         0
     } else {
         (cores - 1).min(8) as u32
@@ -147,7 +158,7 @@ impl SegmentWriter {
         compression: Compression,
         level: i32,
     ) -> Result<SegmentWriter> {
-        SegmentWriter::create_with_workers(spool_path, compression, level, zstd_workers())
+        SegmentWriter::create_with_workers(spool_path, compression, level, zstd_workers(0))
     }
 
     /// [`SegmentWriter::create`] with `workers` zstd worker threads (0: compress on the
