@@ -320,7 +320,19 @@ pub fn cpu_secs(pid: u32) -> Option<f64> {
 /// Runs rmq-backup and measures it (wall time, peak RSS, CPU seconds).
 pub fn run_tool_measured(bin: &str, args: &[&str], env: &[(&str, &str)]) -> ToolRun {
     let started = Instant::now();
-    let mut child = Command::new(bin)
+    // BENCH_PERF=<file>: the run is recorded by `perf record -g` into <file>.<command>.
+    let mut cmd = match std::env::var("BENCH_PERF") {
+        Ok(out) if !out.is_empty() => {
+            let mut c = Command::new("perf");
+            c.args(["record", "-q", "-g", "-o"])
+                .arg(format!("{out}.{}", args.first().unwrap_or(&"run")))
+                .arg("--")
+                .arg(bin);
+            c
+        }
+        _ => Command::new(bin),
+    };
+    let mut child = cmd
         .args(args)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
