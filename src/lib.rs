@@ -38,6 +38,7 @@ pub mod selection;
 pub mod signals;
 pub mod spool;
 pub mod storage;
+pub mod stream;
 pub mod units;
 
 pub use error::{Error, Result};

@@ -19,6 +19,7 @@ mod queue;
 mod resume;
 mod segments;
 mod select;
+mod stream;
 
 use crate::checkpoint::{self, Checkpoints};
 use crate::config::{BackupOptions, Config, SourceConfig};
@@ -146,7 +147,7 @@ fn run_job(
         }
     };
 
-    let (queues, skipped) = select_queues(&mgmt, source)?;
+    let (queues, skipped) = select_queues(&mgmt, source, cfg.backup.stream_enabled)?;
     log::info!(
         "backup {backup_id}: {} queue(s) selected, {} skipped",
         queues.len(),
@@ -348,6 +349,9 @@ fn run_queues(
                 let Some(q) = queues.get(i) else { break };
                 let r = match crate::signals::stop_reason("backup") {
                     Some(why) => Err(Error::Io(why)),
+                    None if q.queue_type == Some(crate::broker::QueueType::Stream) => {
+                        stream::backup_stream(ctx, q, &upload_tx)
+                    }
                     None => backup_queue(ctx, q, &upload_tx),
                 };
                 if let Ok(mut all) = results.lock() {

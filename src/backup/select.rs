@@ -15,6 +15,7 @@ use crate::selection;
 pub(super) fn select_queues(
     mgmt: &ManagementClient,
     source: &SourceConfig,
+    streams: bool,
 ) -> Result<(Vec<QueueInfo>, Vec<SkippedQueue>)> {
     let mut chosen = Vec::new();
     let mut skipped = Vec::new();
@@ -30,7 +31,8 @@ pub(super) fn select_queues(
                 continue;
             }
             None => Some(format!("its type {} is not one rmq-backup can read", q.type_name)),
-            Some(QueueType::Stream) => Some("stream queues are not supported yet (a later version reads them with the stream protocol)".to_string()),
+            Some(QueueType::Stream) if !streams => Some("streams are read with the stream protocol: set backup.stream_enabled: true".to_string()),
+            Some(QueueType::Stream) => None,
             Some(_) if q.exclusive => Some("it is exclusive to another connection".to_string()),
             Some(_) => delivery_limit(&q).map(|limit| format!(
                 "it is a quorum queue with a delivery limit of {limit}: reading it without acknowledging raises every message's x-delivery-count, so a backup could dead-letter or drop messages"

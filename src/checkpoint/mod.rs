@@ -306,6 +306,39 @@ impl Checkpoints {
             .map_err(|e| self.err(e))
     }
 
+    /// Records the last offset of a stream backed up by `backup_id` (the stream protocol's
+    /// offsets; the log says it too).
+    pub fn set_stream_offset(
+        &self,
+        backup_id: &str,
+        vhost: &str,
+        stream: &str,
+        offset: u64,
+    ) -> Result<()> {
+        self.conn()
+            .execute(
+                "UPDATE backup_queues SET stream_offset = ?4, updated_at = ?5
+                 WHERE backup_id = ?1 AND vhost = ?2 AND queue = ?3",
+                params![backup_id, vhost, stream, offset as i64, crate::now_ms()],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// The last offset recorded by [`Checkpoints::set_stream_offset`], if any.
+    pub fn stream_offset(&self, backup_id: &str, vhost: &str, stream: &str) -> Result<Option<u64>> {
+        self.conn()
+            .query_row(
+                "SELECT stream_offset FROM backup_queues
+                 WHERE backup_id = ?1 AND vhost = ?2 AND queue = ?3",
+                params![backup_id, vhost, stream],
+                |row| row.get::<_, Option<i64>>(0),
+            )
+            .optional()
+            .map(|o| o.flatten().map(|v| v as u64))
+            .map_err(|e| self.err(e))
+    }
+
     /// (records processed, completed) of a queue of a restore; `None` when never started.
     pub fn restore_queue(&self, key: &RestoreKey) -> Result<Option<(u64, bool)>> {
         self.conn()

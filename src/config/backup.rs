@@ -74,7 +74,8 @@ pub struct BackupOptions {
     /// One-shot backup of the depth present at start; default true (false = continuous, not
     /// supported yet).
     pub stop_at_current_depth: bool,
-    /// Native stream protocol for stream queues; default false (true not supported yet).
+    /// Read streams with the stream protocol (`source.stream_port`); default false, when
+    /// streams are skipped with a warning.
     pub stream_enabled: bool,
 }
 

@@ -122,11 +122,6 @@ impl Config {
                     return Err(config_err("source.tls.enabled: TLS is not supported yet"));
                 }
             }
-            if self.backup.stream_enabled {
-                return Err(config_err(
-                    "backup.stream_enabled: the stream protocol is not supported yet",
-                ));
-            }
             if !self.backup.stop_at_current_depth {
                 return Err(config_err(
                     "continuous backup (backup.stop_at_current_depth: false) is not supported yet",

@@ -1,0 +1,258 @@
+//! One stream's backup over the stream protocol (`backup.stream_enabled: true`): its own
+//! stream connection, the stream's end found by subscribing at `last` (3.10 has no
+//! StreamStats, and the management API's counts lag), then a read from the first offset up to
+//! that end with credit-based flow control, each message decoded (`crate::stream::amqp10`)
+//! into a record and handed to the same segment builder as a queue's (`super::segments`).
+//! Reading a stream takes nothing from it.
+
+use super::resume;
+use super::segments::{build_segments, Upload};
+use super::QueueContext;
+use crate::broker::QueueType;
+use crate::error::{Error, Result};
+use crate::management::QueueInfo;
+use crate::manifest::QueueBackup;
+use crate::metrics;
+use crate::now_ms;
+use crate::progress;
+use crate::record::BackupRecord;
+use crate::spool::spawn_named;
+use crate::stream::amqp10::{decode_message, to_record, Origin};
+use crate::stream::chunk::{parse_chunk, parse_header};
+use crate::stream::{OffsetSpec, StreamConnection, StreamOptions};
+use crossbeam_channel::{bounded, Sender};
+use std::time::{Duration, Instant};
+
+/// Chunks granted to the broker at a time (each chunk holds up to a few thousand messages).
+const CREDIT: u16 = 4;
+/// Records per batch handed to the segment builder.
+const BATCH_RECORDS: usize = 512;
+/// Body bytes per batch handed to the segment builder.
+const BATCH_BYTES: usize = 1 << 20;
+/// The longest wait for the next chunk of a stream known to hold more.
+const CHUNK_WAIT: Duration = Duration::from_secs(30);
+/// How long an empty-looking stream is given to show its last chunk.
+const EMPTY_WAIT: Duration = Duration::from_secs(3);
+
+/// Opens a stream connection to the queue's vhost, counted in
+/// `broker_backup_stream_connections_active` while it lives.
+struct CountedConnection(StreamConnection);
+
+impl CountedConnection {
+    fn open(ctx: &QueueContext, q: &QueueInfo) -> Result<CountedConnection> {
+        let mut url = crate::amqp::AmqpUrl::parse(&ctx.source.amqp_url)?;
+        url.vhost = q.vhost.clone();
+        let mut o = StreamOptions::from_amqp_url(&url, ctx.source.stream_port);
+        o.connection_name = format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name);
+        let conn = StreamConnection::open(&o)?;
+        metrics::global().stream_connections.inc();
+        Ok(CountedConnection(conn))
+    }
+}
+
+impl Drop for CountedConnection {
+    fn drop(&mut self) {
+        metrics::global().stream_connections.dec();
+    }
+}
+
+/// The offset of the stream's last message now, `None` when it is empty: the first chunk a
+/// subscription at `last` receives is the stream's last chunk.
+///
+/// Errors: the subscription's, or `Stream protocol error` when a stream the management API counts
+/// messages in shows no chunk within 30 s.
+fn last_offset(conn: &StreamConnection, q: &QueueInfo) -> Result<Option<u64>> {
+    let sub = conn.subscribe(0, &q.name, OffsetSpec::Last, 1)?;
+    let wait = if q.messages > 0 {
+        CHUNK_WAIT
+    } else {
+        EMPTY_WAIT
+    };
+    let chunk = sub.next_chunk(wait);
+    conn.unsubscribe(0)?;
+    match chunk? {
+        Some(c) => {
+            let h = parse_header(&c)?;
+            Ok((h.num_records > 0).then(|| h.first_offset + h.num_records as u64 - 1))
+        }
+        None if q.messages > 0 => Err(Error::Stream(format!(
+            "stream {} in vhost {}: no chunk from its end within {} s although the management API counts {} messages",
+            q.name,
+            q.vhost,
+            wait.as_secs(),
+            q.messages
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// Backs up one stream: every message from its first offset to its last at the start of the
+/// run, in order. `Ok(None)`: the stream was deleted after it was listed.
+pub(super) fn backup_stream(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+    uploads: &Sender<Upload>,
+) -> Result<Option<QueueBackup>> {
+    if let Some(done) = resume::completed_earlier(ctx, q, QueueType::Stream)? {
+        return Ok(Some(done));
+    }
+    let after = resume::start_queue(ctx, q)?;
+    let conn = CountedConnection::open(ctx, q)?;
+    let conn = &conn.0;
+    let end = match last_offset(conn, q) {
+        Err(Error::Stream(m)) if m.contains("stream does not exist") => {
+            log::warn!(
+                "stream {} in vhost {} was deleted after it was listed: skipped",
+                q.name,
+                q.vhost
+            );
+            return Ok(None);
+        }
+        other => other?,
+    };
+    log::info!(
+        "stream {} in vhost {}: backing up {} over the stream protocol",
+        q.name,
+        q.vhost,
+        match end {
+            Some(e) => format!("offsets up to {e}"),
+            None => "nothing (empty)".to_string(),
+        }
+    );
+    let m = metrics::global().backup_queue(&q.name, &q.vhost, QueueType::Stream.as_str());
+    let _row = progress::row(
+        format!("{} (stream, vhost {})", q.name, q.vhost),
+        end.map_or(0, |e| e + 1),
+        m.messages_read.clone(),
+        m.bytes_read.clone(),
+    );
+    let started = Instant::now();
+    let (batch_tx, batch_rx) = bounded::<Vec<BackupRecord>>(4);
+    let (read, built) = std::thread::scope(|s| {
+        let builder = spawn_named(s, "segment-builder", || {
+            build_segments(ctx, q, &m, batch_rx, uploads, after)
+        });
+        let read = match end {
+            Some(end) => read_stream(ctx, conn, q, end, &m, &batch_tx),
+            None => Ok(0),
+        };
+        drop(batch_tx);
+        let built = builder
+            .join()
+            .unwrap_or_else(|_| Err(Error::Io("segment builder panicked".into())));
+        (read, built)
+    });
+    let segments = match (read, built) {
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+        (Ok(read), Ok(segments)) => {
+            log::info!(
+                "stream {} in vhost {}: {read} messages in {} segment(s), last offset {}, {:.1} s",
+                q.name,
+                q.vhost,
+                segments.len(),
+                end.map_or("none".to_string(), |e| e.to_string()),
+                started.elapsed().as_secs_f64()
+            );
+            segments
+        }
+    };
+    if let Some(cp) = ctx.checkpoints {
+        if let Some(e) = end {
+            cp.set_stream_offset(ctx.backup_id, &q.vhost, &q.name, e)?;
+        }
+        cp.complete_backup_queue(ctx.backup_id, &q.vhost, &q.name)?;
+    }
+    Ok(Some(QueueBackup::from_segments(
+        &q.vhost,
+        &q.name,
+        QueueType::Stream,
+        segments,
+    )))
+}
+
+/// Reads offsets 0 (or the first still present) to `end` into batches of records. Returns the
+/// number of messages read.
+fn read_stream(
+    ctx: &QueueContext,
+    conn: &StreamConnection,
+    q: &QueueInfo,
+    end: u64,
+    m: &metrics::BackupQueueMetrics,
+    batches: &Sender<Vec<BackupRecord>>,
+) -> Result<u64> {
+    let sub = conn.subscribe(1, &q.name, OffsetSpec::First, CREDIT)?;
+    let mut next = 0u64;
+    let mut read = 0u64;
+    let mut batch = Vec::with_capacity(BATCH_RECORDS);
+    let mut batch_bytes = 0usize;
+    while next <= end {
+        if let Some(why) = ctx
+            .lock
+            .lost()
+            .or_else(|| crate::signals::stop_reason("backup"))
+        {
+            return Err(Error::Io(why));
+        }
+        let chunk = sub.next_chunk(CHUNK_WAIT)?.ok_or_else(|| {
+            Error::Stream(format!(
+                "stream {} in vhost {}: no chunk within {} s at offset {next} (its end at the start: {end})",
+                q.name,
+                q.vhost,
+                CHUNK_WAIT.as_secs()
+            ))
+        })?;
+        conn.credit(sub.id, 1)?;
+        let c = parse_chunk(&chunk)?;
+        let first = c.header.first_offset;
+        if first > next {
+            // Retention removed the offsets before `first` (or the stream starts there).
+            log::debug!("stream {}: first offset read {first}", q.name);
+        }
+        for (i, message) in c.messages.into_iter().enumerate() {
+            let offset = first + i as u64;
+            if offset < next {
+                continue;
+            }
+            if offset > end {
+                break;
+            }
+            let decoded = decode_message(&message).map_err(|e| {
+                Error::Serialization(format!(
+                    "stream {} in vhost {}, offset {offset}: {}",
+                    q.name,
+                    q.vhost,
+                    e.message()
+                ))
+            })?;
+            let rec = to_record(
+                decoded,
+                Origin {
+                    stream: &q.name,
+                    vhost: &q.vhost,
+                    offset,
+                    backed_up_at: now_ms(),
+                },
+            )?;
+            m.messages_read.inc();
+            m.bytes_read.add(rec.body.len() as u64);
+            batch_bytes += rec.body.len();
+            batch.push(rec);
+            read += 1;
+            if batch.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
+                batch_bytes = 0;
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_RECORDS));
+                batches
+                    .send(full)
+                    .map_err(|_| Error::Io("segment builder stopped".into()))?;
+            }
+        }
+        next = next.max(first + c.header.num_records as u64);
+    }
+    if !batch.is_empty() {
+        batches
+            .send(batch)
+            .map_err(|_| Error::Io("segment builder stopped".into()))?;
+    }
+    conn.unsubscribe(sub.id)?;
+    Ok(read)
+}

@@ -1,0 +1,16 @@
+//! The in-tree RabbitMQ stream-protocol client (synchronous, over `std::net::TcpStream`) and
+//! the decoding of what streams hold.
+//!
+//! - `protocol.rs`: command keys, response codes, frame fields (PROTOCOL.adoc).
+//! - `client.rs`: [`StreamConnection`]: handshake, subscriptions with credit, metadata,
+//!   offsets, heartbeats; one reader thread per connection.
+//! - `chunk.rs`: osiris chunks as `Deliver` carries them (CRC32 checked, sub-entry batches).
+//! - `amqp10.rs`: AMQP 1.0 messages (the entries of a stream) into `BackupRecord`s.
+
+pub mod amqp10;
+pub mod chunk;
+pub mod client;
+pub mod protocol;
+
+pub use client::{StreamConnection, StreamOptions, Subscription};
+pub use protocol::OffsetSpec;
