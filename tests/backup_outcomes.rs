@@ -64,7 +64,7 @@ fn selected_queues_left_alone_exit_4_and_are_named() {
     assert_eq!(out.status.code(), Some(4), "{stdout}{stderr}");
     let v = &vh.name;
     let expected = [
-        format!("  skipped queue events in vhost {v} (stream): stream queues are not supported yet"),
+        format!("  skipped queue events in vhost {v} (stream): streams are read with the stream protocol: set backup.stream_enabled: true"),
         format!("  skipped queue limited in vhost {v} (quorum): it is a quorum queue with a delivery limit of 2: "),
         format!("  skipped queue mine-only in vhost {v} (classic): it is exclusive to another connection"),
     ];

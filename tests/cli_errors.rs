@@ -61,11 +61,11 @@ fn usage_and_configuration_errors_exit_2() {
     let (code, _, err) = run_yaml(
         &dir,
         "backup",
-        "mode: backup\nbackup_id: x\nsource:\n  amqp_url: amqp://a\n  management_url: http://a\n  management_username: u\n  management_password: p\nstorage:\n  backend: memory\nbackup:\n  stream_enabled: true\n",
+        "mode: backup\nbackup_id: x\nsource:\n  amqp_url: amqp://a\n  management_url: http://a\n  management_username: u\n  management_password: p\nstorage:\n  backend: memory\nbackup:\n  stop_at_current_depth: false\n",
     );
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("stream_enabled") && err.contains("not supported yet"),
+        err.contains("stop_at_current_depth") && err.contains("not supported yet"),
         "{err}"
     );
 

@@ -852,17 +852,14 @@ fn not_yet_supported() {
         "source.tls.enabled: TLS is not supported yet",
     );
     check(
-        &|c| c.backup.stream_enabled = true,
-        backup(),
-        "backup.stream_enabled: the stream protocol is not supported yet",
-    );
-    check(
         &|c| c.backup.stop_at_current_depth = false,
         backup(),
         "continuous backup (backup.stop_at_current_depth: false) is not supported yet",
     );
-    // Disabled or irrelevant settings are accepted.
+    // Disabled or irrelevant settings are accepted, and streams are read.
     let mut c = backup();
+    c.backup.stream_enabled = true;
+    assert!(c.check_supported().is_ok());
     c.source.as_mut().expect("source").tls = Some(TlsConfig {
         enabled: false,
         ca_cert: Some("/ca.pem".into()),
