@@ -5,6 +5,8 @@
 # Usage: scripts/bench.sh [messages=100000] [body_bytes=1024]   (random and JSON-like bodies)
 #        scripts/bench.sh matrix    (every shape below, one table, target/bench-matrix.json)
 #        scripts/bench.sh pipeline  (the backup pipeline without a broker, 0/1/2 zstd workers)
+#        scripts/bench.sh stream [messages] [body_bytes] [text|random]
+#          stream backup over the stream protocol beside a raw stream-protocol read
 #        scripts/bench.sh storage [messages=100000] [body_bytes=1024]
 #          backup throughput to filesystem, S3, Azure Blob and GCS (the local emulators)
 set -euo pipefail
@@ -27,7 +29,7 @@ if [[ "${1:-}" == matrix ]]; then
     BENCH_QUEUE_TYPE="$qtype" BENCH_COMPRESSION="$comp" BENCH_LEVEL="$level" \
       BENCH_QUEUES="$queues" BENCH_CONCURRENCY="$conc" \
       target/release/examples/bench target/release/rmq-backup "$n" "$size" "$body" \
-      | tee /dev/stderr | sed -n 's/^BENCH_JSON //p' >> "$out"
+      | tee -a /dev/stderr | sed -n 's/^BENCH_JSON //p' >> "$out"
   done <<'SHAPES'
 100000 1024 text classic zstd 3 1 4
 100000 1024 random classic zstd 3 1 4
@@ -63,6 +65,11 @@ print("ratio: backup to the lower of the raw read (to the queue whole again) and
 print("(written to target/bench-matrix.json)")
 PY
   exit 0
+fi
+if [[ "${1:-}" == stream ]]; then
+  shift
+  cargo build --release --quiet --bin rmq-backup --example stream_bench
+  exec target/release/examples/stream_bench target/release/rmq-backup "${1:-100000}" "${2:-1024}" "${3:-text}"
 fi
 if [[ "${1:-}" == pipeline ]]; then
   cargo build --release --quiet --example pipeline_bench

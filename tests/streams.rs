@@ -110,3 +110,170 @@ fn a_stream_backed_up_over_the_stream_protocol_holds_what_a_0_9_1_reader_sees() 
     let tags: Vec<u64> = got.iter().map(|d| d.delivery_tag).collect();
     assert_eq!(tags, (1..=msgs.len() as u64).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_stream_restores_into_a_new_stream_that_reads_the_same() {
+    let v = TestVhost::new("streams-restore");
+    let conn = v.connect();
+    declare_stream(&conn, "events");
+    let msgs = stream_messages(30, 12);
+    let ch = conn.open_channel().expect("channel");
+    publish(&ch, "events", &msgs);
+    ch.close().expect("close");
+    let source = read_091(&conn, "events", msgs.len());
+
+    let dir = TempDir::new("streams-restore");
+    let cfg = write_config(
+        dir.path(),
+        "backup.yaml",
+        &backup_yaml("s2", &v.name, dir.path(), "  stream_enabled: true"),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+
+    let target = TestVhost::new("streams-target");
+    let restore = format!(
+        "  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{}\": \"{}\"\n",
+        v.name, target.name
+    );
+    let cfg = write_config(
+        dir.path(),
+        "restore.yaml",
+        &restore_yaml("s2", dir.path(), &restore),
+    );
+    let out = run_cli(&["restore", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let info = management()
+        .list_queues()
+        .expect("queues")
+        .into_iter()
+        .find(|q| q.vhost == target.name && q.name == "events")
+        .expect("restored stream");
+    assert_eq!(info.type_name, "stream");
+    let tconn = target.connect();
+    let restored = read_091(&tconn, "events", msgs.len());
+    same(&source, &restored, "restored stream read over 0-9-1");
+}
+
+#[test]
+fn a_decimal_header_restored_into_a_stream_is_refused_by_name() {
+    let v = TestVhost::new("streams-decimal");
+    let conn = v.connect();
+    let ch = conn.open_channel().expect("channel");
+    declare(&ch, "plain", "classic", FieldTable::new());
+    let plain = |i: usize| Msg {
+        props: rmq_backup::amqp::BasicProperties {
+            message_id: Some(format!("m-{i}")),
+            ..Default::default()
+        },
+        body: vec![i as u8],
+    };
+    let mut with_decimal = plain(2);
+    with_decimal.props.headers = Some(vec![(
+        "price".into(),
+        FieldValue::Decimal {
+            scale: 2,
+            value: 1999,
+        },
+    )]);
+    publish(&ch, "plain", &[plain(0), plain(1), with_decimal, plain(3)]);
+    ch.close().expect("close");
+
+    let dir = TempDir::new("streams-decimal");
+    let cfg = write_config(
+        dir.path(),
+        "backup.yaml",
+        &backup_yaml("s3", &v.name, dir.path(), ""),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    declare_stream(&conn, "events");
+    let restore = format!(
+        "  publish_mode: direct-to-queue\n  restore_definitions: false\n  queue_mapping:\n    plain: events\n  vhost_mapping:\n    \"{0}\": \"{0}\"\n",
+        v.name
+    );
+    let cfg = write_config(
+        dir.path(),
+        "restore.yaml",
+        &restore_yaml("s3", dir.path(), &restore),
+    );
+    let out = run_cli(&["restore", "--config", &cfg]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "message 3 of queue plain in vhost {} (message_id m-2): header price is a decimal, which RabbitMQ cannot store in stream events",
+            v.name
+        )),
+        "{stderr}"
+    );
+    // The two messages before it are in the stream, nothing after it; the source is whole.
+    let got = read_091(&conn, "events", 2);
+    assert_eq!(
+        got.iter().map(|d| d.body.clone()).collect::<Vec<_>>(),
+        vec![vec![0u8], vec![1]]
+    );
+    assert_eq!(depth(&conn, "plain"), 4);
+}
+
+#[test]
+fn a_one_shot_backup_stops_at_the_end_the_stream_had_at_its_start() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let v = TestVhost::new("streams-moving");
+    let conn = v.connect();
+    declare_stream(&conn, "events");
+    let ch = conn.open_channel().expect("channel");
+    publish_bulk(&ch, "events", 5_000, 100);
+    ch.close().expect("close");
+
+    // A publisher keeps writing during the whole backup, and a while after it.
+    let stop = AtomicBool::new(false);
+    let published = AtomicU64::new(5_000);
+    let dir = TempDir::new("streams-moving");
+    let cfg = write_config(
+        dir.path(),
+        "backup.yaml",
+        &backup_yaml("s4", &v.name, dir.path(), "  stream_enabled: true"),
+    );
+    let (out, during) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let c = v.connect();
+            let ch = c.open_channel().expect("channel");
+            while !stop.load(Ordering::Relaxed) {
+                publish_bulk(&ch, "events", 200, 100);
+                published.fetch_add(200, Ordering::Relaxed);
+            }
+            ch.close().expect("close");
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let before = published.load(Ordering::Relaxed);
+        let out = run_cli(&["backup", "--config", &cfg]);
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        writer.join().expect("writer");
+        (out, before)
+    });
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let got = backed_up(dir.path(), "s4", "events");
+    let n = got.len() as u64;
+    let total = published.load(Ordering::Relaxed);
+    assert!(
+        n >= during,
+        "the backup holds what the stream had before it started ({n} < {during})"
+    );
+    assert!(
+        n < total,
+        "the backup stopped at the end it found ({n} of {total} published by the end)"
+    );
+    // A prefix of the stream, offsets 0..n, in order.
+    let tags: Vec<u64> = got.iter().map(|d| d.delivery_tag).collect();
+    assert_eq!(tags, (1..=n).collect::<Vec<_>>());
+    assert!(
+        stderr.contains(&format!(
+            "backing up offsets up to {} over the stream protocol",
+            n - 1
+        )),
+        "{stderr}"
+    );
+}

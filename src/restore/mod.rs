@@ -75,6 +75,9 @@ pub struct QueueRestore {
     pub target_vhost: String,
     pub target_queue: String,
     pub queue_type: Option<QueueType>,
+    /// The target is a stream (publish_mode `direct-to-queue`): headers a stream cannot
+    /// store are refused before they are published.
+    pub target_is_stream: bool,
     /// Messages in the backup for this queue.
     pub in_backup: u64,
     /// Segments whose time range meets the window.
@@ -164,6 +167,17 @@ fn run_job(
             )
         })?;
         create_missing_queues(mgmt, &summary.queues)?;
+    }
+    if opts.publish_mode == PublishMode::DirectToQueue {
+        for q in &mut summary.queues {
+            q.target_is_stream = match &mgmt {
+                Some(mgmt) => match mgmt.get_queue(&q.target_vhost, &q.target_queue) {
+                    Ok(info) => info.queue_type == Some(QueueType::Stream),
+                    Err(_) => q.queue_type == Some(QueueType::Stream),
+                },
+                None => q.queue_type == Some(QueueType::Stream),
+            };
+        }
     }
 
     let checkpoints = match &opts.checkpoint_state {
@@ -468,6 +482,7 @@ fn restore_queue(
             m: &m,
             bytes: &bytes,
             checkpoint,
+            to_stream: entry.target_is_stream,
         };
         let published = publisher.publish_records(&rx, entry);
         // Unblock the decoder if publishing stopped early.

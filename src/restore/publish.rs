@@ -12,6 +12,31 @@ use crate::record::BackupRecord;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// Refuses a record a stream cannot store: a `decimal` header (top level; RabbitMQ drops
+/// tables and arrays from stream messages, and converting a decimal closes the channel).
+///
+/// Errors: `AMQP error: ... message N (message_id M) ... header H is a decimal ...`.
+fn refuse_for_stream(record: &BackupRecord, entry: &QueueRestore) -> Result<()> {
+    use crate::record::BackupHeaderValue;
+    let Some((key, _)) = record
+        .headers
+        .iter()
+        .find(|(_, v)| matches!(v, BackupHeaderValue::Decimal { .. }))
+    else {
+        return Ok(());
+    };
+    Err(Error::Amqp(format!(
+        "message {} of queue {} in vhost {} (message_id {}): header {key} is a decimal, which RabbitMQ cannot store in stream {} in vhost {} (its conversion closes the channel); the {} messages before it were published, nothing after it",
+        entry.done_earlier + entry.published + 1,
+        entry.source_queue,
+        entry.source_vhost,
+        record.properties.message_id.as_deref().unwrap_or("none"),
+        entry.target_queue,
+        entry.target_vhost,
+        entry.published
+    )))
+}
+
 /// Longest wait for the broker to confirm a window of publishes.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -34,6 +59,9 @@ pub(super) struct Publisher<'a> {
     /// Body bytes published (the progress display).
     pub(super) bytes: &'a Counter,
     pub(super) checkpoint: Option<&'a QueueCheckpoint<'a>>,
+    /// The target is a stream: a `decimal` header is refused (ENVIRONMENT.md: RabbitMQ's
+    /// conversion of it into a stream message closes the channel).
+    pub(super) to_stream: bool,
 }
 
 impl Publisher<'_> {
@@ -51,6 +79,9 @@ impl Publisher<'_> {
         let mut last_checkpoint = Instant::now();
         for batch in rx.iter() {
             for mut record in batch {
+                if self.to_stream {
+                    refuse_for_stream(&record, entry)?;
+                }
                 // Take the names out so the record can move into its properties and body.
                 let (from_exchange, from_key) = (
                     std::mem::take(&mut record.exchange),
