@@ -64,15 +64,14 @@ fn selected_queues_left_alone_exit_4_and_are_named() {
     assert_eq!(out.status.code(), Some(4), "{stdout}{stderr}");
     let v = &vh.name;
     let expected = [
-        format!("  skipped queue events in vhost {v} (stream): streams are read with the stream protocol: set backup.stream_enabled: true"),
         format!("  skipped queue limited in vhost {v} (quorum): it is a quorum queue with a delivery limit of 2: "),
         format!("  skipped queue mine-only in vhost {v} (classic): it is exclusive to another connection"),
     ];
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(lines.len(), 3, "{stdout}");
     assert!(
-        lines[0].starts_with("Backup sk completed: 1 queues, 10 messages, ")
-            && lines[0].ends_with("; 3 selected queue(s) skipped, not backed up (exit code 4)"),
+        lines[0].starts_with("Backup sk completed: 2 queues, 10 messages, ")
+            && lines[0].ends_with("; 2 selected queue(s) skipped, not backed up (exit code 4)"),
         "{stdout}"
     );
     for (line, want) in lines[1..].iter().zip(&expected) {
@@ -86,9 +85,10 @@ fn selected_queues_left_alone_exit_4_and_are_named() {
     }
     let m = manifest(&store, "sk");
     assert!(m.completed_at.is_some(), "the queues read are complete");
+    // The (empty) stream is read, through AMQP 0-9-1 without stream_enabled.
     assert_eq!(
         m.queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(),
-        ["free"]
+        ["events", "free"]
     );
     // Never delivered by the backup: no delivery count, still all there.
     let got = peek(&conn, "limited", 10);
@@ -99,13 +99,9 @@ fn selected_queues_left_alone_exit_4_and_are_named() {
     let storage = rmq_backup::storage::open_filesystem(&dir.path().join("store2"), None).unwrap();
     let cfg = config(&backup_yaml("sk2", v, &dir.path().join("unused"), ""));
     let s = rmq_backup::backup::run(&cfg, storage).expect("backup");
-    assert_eq!(s.skipped.len(), 3);
+    assert_eq!(s.skipped.len(), 2);
     let text = metrics::global().render();
-    for (q, kind) in [
-        ("events", "stream"),
-        ("limited", "quorum"),
-        ("mine-only", "classic"),
-    ] {
+    for (q, kind) in [("limited", "quorum"), ("mine-only", "classic")] {
         let series = format!(
             "broker_backup_queues_skipped{{queue=\"{q}\",vhost=\"{v}\",queue_type=\"{kind}\"}} 1"
         );

@@ -65,7 +65,8 @@ fn usage_and_configuration_errors_exit_2() {
     );
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("stop_at_current_depth") && err.contains("not supported yet"),
+        err.contains("stop_at_current_depth: false")
+            && err.contains("set backup.stream_enabled: true"),
         "{err}"
     );
 

@@ -6,53 +6,12 @@ mod common;
 
 use common::*;
 use rmq_backup::amqp::{Connection, FieldTable, FieldValue};
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const BODY: usize = 100;
-/// Starts the binary with `args`, its stderr lines sent to the receiver as they come.
-fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
-        .args(args)
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
-}
-
-/// Waits (at most 120 s) for a stderr line containing `needle`; panics with what came.
-fn wait_line(rx: &Receiver<String>, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut seen = Vec::new();
-    while Instant::now() < deadline {
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(line) if line.contains(needle) => return line,
-            Ok(line) => seen.push(line),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(_) => break,
-        }
-    }
-    panic!(
-        "no line with {needle:?}; stderr so far:\n{}",
-        seen.join("\n")
-    );
-}
-
 /// Polls (at most 60 s) until `queue` holds `n` ready messages again.
 fn wait_depth(conn: &Connection, queue: &str, n: u32) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -154,7 +113,7 @@ fn a_backup_killed_with_sigkill_is_finished_by_running_it_again() {
         "b.yaml",
         &backup_yaml(id, &vh.name, &store, &extra),
     );
-    let (mut child, lines) = spawn(&["backup", "--config", &cfg], &[]);
+    let (mut child, lines) = spawn_cli(&["backup", "--config", &cfg], &[]);
     wait_line(
         &lines,
         &format!("queue a-classic in vhost {}: 40000 messages in", vh.name),
@@ -307,7 +266,7 @@ fn a_fresh_machine_resumes_from_the_database_synced_to_s3() {
     );
     assert!(yaml.contains("backend: s3"), "{yaml}");
     let cfg = write_config(dir.path(), "b.yaml", &yaml);
-    let (mut child, lines) = spawn(&["backup", "--config", &cfg], &[]);
+    let (mut child, lines) = spawn_cli(&["backup", "--config", &cfg], &[]);
     wait_line(
         &lines,
         &format!("queue a in vhost {}: 3000 messages in", vh.name),
@@ -365,7 +324,7 @@ fn sigterm_stops_a_backup_within_seconds_and_leaves_it_interrupted() {
         &backup_yaml("t", &vh.name, &store, "  requeue_strategy: get\n"),
     );
     let spool_env = spool.display().to_string();
-    let (mut child, lines) = spawn(
+    let (mut child, lines) = spawn_cli(
         &["backup", "--config", &cfg],
         &[("RMQ_BACKUP_SPOOL_DIR", &spool_env)],
     );
@@ -507,7 +466,7 @@ fn a_restore_killed_with_sigkill_resumes_after_its_last_checkpoint() {
         "r1.yaml",
         &restore("  rate_limit_messages_per_sec: 4000\n"),
     );
-    let (mut child, lines) = spawn(&["restore", "--config", &r1], &[]);
+    let (mut child, lines) = spawn_cli(&["restore", "--config", &r1], &[]);
     wait_line(
         &lines,
         &format!("queue b-big in vhost {}: restoring", vh.name),
@@ -703,7 +662,7 @@ fn sigterm_stops_a_restore_after_its_confirms_and_a_rerun_adds_no_duplicate() {
         "r1.yaml",
         &restore("  rate_limit_messages_per_sec: 1000\n"),
     );
-    let (mut child, lines) = spawn(&["restore", "--config", &r1], &[]);
+    let (mut child, lines) = spawn_cli(&["restore", "--config", &r1], &[]);
     wait_line(&lines, &format!("queue q in vhost {}: restoring", vh.name));
     std::thread::sleep(Duration::from_millis(1500));
     let sent = Instant::now();

@@ -20,6 +20,7 @@ mod resume;
 mod segments;
 mod select;
 mod stream;
+mod stream_amqp;
 
 use crate::checkpoint::{self, Checkpoints};
 use crate::config::{BackupOptions, Config, SourceConfig};
@@ -147,7 +148,7 @@ fn run_job(
         }
     };
 
-    let (queues, skipped) = select_queues(&mgmt, source, cfg.backup.stream_enabled)?;
+    let (queues, skipped) = select_queues(&mgmt, source)?;
     log::info!(
         "backup {backup_id}: {} queue(s) selected, {} skipped",
         queues.len(),
@@ -322,11 +323,14 @@ fn run_queues(
     storage: Arc<dyn Storage>,
     queues: &[QueueInfo],
 ) -> Vec<Result<Option<QueueBackup>>> {
-    let workers = ctx
-        .opts
-        .max_concurrent_queues
-        .max(1)
-        .min(queues.len().max(1));
+    // A continuous backup follows every stream at once (a stream waiting for a free thread
+    // would never start).
+    let limit = if ctx.opts.stop_at_current_depth {
+        ctx.opts.max_concurrent_queues.max(1)
+    } else {
+        queues.len()
+    };
+    let workers = limit.min(queues.len()).max(1);
     let (upload_tx, upload_rx) = bounded::<Upload>(workers * 2);
     let next = AtomicU64::new(0);
     let results: Mutex<Vec<Option<Result<Option<QueueBackup>>>>> =
@@ -350,7 +354,11 @@ fn run_queues(
                 let r = match crate::signals::stop_reason("backup") {
                     Some(why) => Err(Error::Io(why)),
                     None if q.queue_type == Some(crate::broker::QueueType::Stream) => {
-                        stream::backup_stream(ctx, q, &upload_tx)
+                        if ctx.opts.stream_enabled {
+                            stream::backup_stream(ctx, q, &upload_tx)
+                        } else {
+                            stream_amqp::backup_stream_amqp(ctx, q, &upload_tx)
+                        }
                     }
                     None => backup_queue(ctx, q, &upload_tx),
                 };

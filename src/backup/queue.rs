@@ -37,6 +37,14 @@ pub(super) fn backup_queue(
     uploads: &Sender<Upload>,
 ) -> Result<Option<QueueBackup>> {
     let kind = q.queue_type.unwrap_or(QueueType::Classic);
+    if !ctx.opts.stop_at_current_depth {
+        log::warn!(
+            "queue {} in vhost {} ({}): a continuous backup follows streams only; this queue is backed up once, to its depth at the start (holding its messages longer would take them from its own consumers)",
+            q.name,
+            q.vhost,
+            kind.as_str()
+        );
+    }
     if let Some(done) = resume::completed_earlier(ctx, q, kind)? {
         return Ok(Some(done));
     }

@@ -123,6 +123,75 @@ pub(super) fn start_queue(ctx: &QueueContext, q: &QueueInfo) -> Result<u64> {
     Ok(highest)
 }
 
+/// Where a continuous backup of stream `q` starts (`stop_at_current_depth: false`).
+///
+/// On a rerun with `offset_storage`, the segments the earlier run stored (and recorded) are
+/// kept after each checks out, and reading resumes at the offset after the last record of the
+/// last one (a record's `delivery_tag` is its offset + 1): no gap, no duplicate. Segments the
+/// earlier run stored without recording them (killed in between) number after the kept ones;
+/// they are not listed and are deleted once the rerun completes. Otherwise the stream is read
+/// from its first offset, as [`start_queue`] starts a queue.
+///
+/// Returns (kept segments, the sequence new segments follow, the first offset to read).
+pub(super) fn resume_stream(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+) -> Result<(Vec<SegmentMetadata>, u64, u64)> {
+    let earlier = match ctx.checkpoints {
+        Some(cp) if ctx.rerun => cp.backup_queue(ctx.backup_id, &q.vhost, &q.name)?,
+        _ => None,
+    };
+    let kept = earlier.map(|state| state.segments).unwrap_or_default();
+    let Some(last) = kept.last() else {
+        return Ok((Vec::new(), start_queue(ctx, q)?, 0));
+    };
+    for s in &kept {
+        verify_stored(ctx, s)?;
+    }
+    let next = last_record_offset(ctx, last)? + 1;
+    let prefix = manifest::queue_prefix(ctx.backup_id, &q.vhost, &q.name);
+    let after = ctx
+        .storage
+        .list(&prefix)?
+        .iter()
+        .filter_map(|k| segment_number(k.strip_prefix(&prefix)?))
+        .max()
+        .unwrap_or(0)
+        .max(last.sequence);
+    log::info!(
+        "stream {} in vhost {}: the earlier run stored {} segment(s) up to offset {}; reading resumes at offset {next}",
+        q.name,
+        q.vhost,
+        kept.len(),
+        next - 1
+    );
+    Ok((kept, after, next))
+}
+
+/// The offset of the last record of a stored stream segment (its `delivery_tag` - 1).
+fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
+    let path = unique_file(ctx.spool, &s.key);
+    let last = ctx.storage.get_to_file(&s.key, &path).and_then(|_| {
+        let reader = crate::segment::SegmentReader::open(&path)?;
+        let mut last = None;
+        for json in reader.records() {
+            last = Some(json?);
+        }
+        match last {
+            Some(json) => crate::record::decode_record(&json),
+            None => Err(Error::Serialization(format!("{}: no records", s.key))),
+        }
+    });
+    let _ = std::fs::remove_file(&path);
+    let tag = last?.delivery_tag;
+    tag.checked_sub(1).ok_or_else(|| {
+        Error::Serialization(format!(
+            "{}: its last record has delivery_tag 0, not a stream offset",
+            s.key
+        ))
+    })
+}
+
 /// The number of a segment file name (`segment-0012.zst` -> 12).
 fn segment_number(name: &str) -> Option<u64> {
     let digits = name.strip_prefix("segment-")?;

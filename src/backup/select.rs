@@ -15,7 +15,6 @@ use crate::selection;
 pub(super) fn select_queues(
     mgmt: &ManagementClient,
     source: &SourceConfig,
-    streams: bool,
 ) -> Result<(Vec<QueueInfo>, Vec<SkippedQueue>)> {
     let mut chosen = Vec::new();
     let mut skipped = Vec::new();
@@ -31,7 +30,8 @@ pub(super) fn select_queues(
                 continue;
             }
             None => Some(format!("its type {} is not one rmq-backup can read", q.type_name)),
-            Some(QueueType::Stream) if !streams => Some("streams are read with the stream protocol: set backup.stream_enabled: true".to_string()),
+            // Streams are read with the stream protocol or through AMQP 0-9-1
+            // (`backup.stream_enabled`), never skipped.
             Some(QueueType::Stream) => None,
             Some(_) if q.exclusive => Some("it is exclusive to another connection".to_string()),
             Some(_) => delivery_limit(&q).map(|limit| format!(

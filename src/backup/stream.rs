@@ -4,6 +4,10 @@
 //! that end with credit-based flow control, each message decoded (`crate::stream::amqp10`)
 //! into a record and handed to the same segment builder as a queue's (`super::segments`).
 //! Reading a stream takes nothing from it.
+//!
+//! A continuous backup (`stop_at_current_depth: false`) follows the stream instead, until
+//! SIGTERM or SIGINT ends the run normally; a rerun resumes after the last stored segment
+//! (`resume::resume_stream`).
 
 use super::resume;
 use super::segments::{build_segments, Upload};
@@ -33,6 +37,9 @@ const BATCH_BYTES: usize = 1 << 20;
 const CHUNK_WAIT: Duration = Duration::from_secs(30);
 /// How long an empty-looking stream is given to show its last chunk.
 const EMPTY_WAIT: Duration = Duration::from_secs(3);
+/// A continuous backup hands its records to the segment builder after this long without a
+/// chunk, so that `segment_max_interval_ms` closes segments of an idle stream.
+const IDLE_FLUSH: Duration = Duration::from_secs(1);
 
 /// Opens a stream connection to the queue's vhost, counted in
 /// `broker_backup_stream_connections_active` while it lives.
@@ -93,36 +100,49 @@ pub(super) fn backup_stream(
     q: &QueueInfo,
     uploads: &Sender<Upload>,
 ) -> Result<Option<QueueBackup>> {
-    if let Some(done) = resume::completed_earlier(ctx, q, QueueType::Stream)? {
-        return Ok(Some(done));
+    let continuous = !ctx.opts.stop_at_current_depth;
+    if !continuous {
+        if let Some(done) = resume::completed_earlier(ctx, q, QueueType::Stream)? {
+            return Ok(Some(done));
+        }
     }
-    let after = resume::start_queue(ctx, q)?;
+    let (kept, after, from) = if continuous {
+        resume::resume_stream(ctx, q)?
+    } else {
+        (Vec::new(), resume::start_queue(ctx, q)?, 0)
+    };
     let conn = CountedConnection::open(ctx, q)?;
     let conn = &conn.0;
-    let end = match last_offset(conn, q) {
-        Err(Error::Stream(m)) if m.contains("stream does not exist") => {
-            log::warn!(
-                "stream {} in vhost {} was deleted after it was listed: skipped",
-                q.name,
-                q.vhost
-            );
-            return Ok(None);
+    let end = if continuous {
+        None
+    } else {
+        match last_offset(conn, q) {
+            Err(Error::Stream(m)) if m.contains("stream does not exist") => {
+                log::warn!(
+                    "stream {} in vhost {} was deleted after it was listed: skipped",
+                    q.name,
+                    q.vhost
+                );
+                return Ok(None);
+            }
+            Ok(None) => Some(None),
+            other => Some(other?),
         }
-        other => other?,
     };
     log::info!(
         "stream {} in vhost {}: backing up {} over the stream protocol",
         q.name,
         q.vhost,
         match end {
-            Some(e) => format!("offsets up to {e}"),
-            None => "nothing (empty)".to_string(),
+            None => format!("continuously from offset {from} until stopped"),
+            Some(Some(e)) => format!("offsets up to {e}"),
+            Some(None) => "nothing (empty)".to_string(),
         }
     );
     let m = metrics::global().backup_queue(&q.name, &q.vhost, QueueType::Stream.as_str());
     let _row = progress::row(
         format!("{} (stream, vhost {})", q.name, q.vhost),
-        end.map_or(0, |e| e + 1),
+        end.flatten().map_or(0, |e| e + 1),
         m.messages_read.clone(),
         m.bytes_read.clone(),
     );
@@ -133,8 +153,9 @@ pub(super) fn backup_stream(
             build_segments(ctx, q, &m, batch_rx, uploads, after)
         });
         let read = match end {
-            Some(end) => read_stream(ctx, conn, q, end, &m, &batch_tx),
-            None => Ok(0),
+            Some(None) => Ok((0, None)),
+            Some(Some(end)) => read_stream(ctx, conn, q, from, Some(end), &m, &batch_tx),
+            None => read_stream(ctx, conn, q, from, None, &m, &batch_tx),
         };
         drop(batch_tx);
         let built = builder
@@ -142,22 +163,23 @@ pub(super) fn backup_stream(
             .unwrap_or_else(|_| Err(Error::Io("segment builder panicked".into())));
         (read, built)
     });
-    let segments = match (read, built) {
-        (Err(e), _) | (_, Err(e)) => return Err(e),
-        (Ok(read), Ok(segments)) => {
-            log::info!(
-                "stream {} in vhost {}: {read} messages in {} segment(s), last offset {}, {:.1} s",
-                q.name,
-                q.vhost,
-                segments.len(),
-                end.map_or("none".to_string(), |e| e.to_string()),
-                started.elapsed().as_secs_f64()
-            );
-            segments
-        }
+    // A builder failure (storage, encoding) is the cause when the read saw it stop.
+    let ((read, last), built) = match (read, built) {
+        (_, Err(e)) | (Err(e), _) => return Err(e),
+        (Ok(r), Ok(b)) => (r, b),
     };
+    let mut segments = kept;
+    segments.extend(built);
+    log::info!(
+        "stream {} in vhost {}: {read} messages read in {} segment(s) this run, last offset {}, {:.1} s",
+        q.name,
+        q.vhost,
+        segments.len(),
+        last.map_or("none".to_string(), |e| e.to_string()),
+        started.elapsed().as_secs_f64()
+    );
     if let Some(cp) = ctx.checkpoints {
-        if let Some(e) = end {
+        if let Some(e) = last {
             cp.set_stream_offset(ctx.backup_id, &q.vhost, &q.name, e)?;
         }
         cp.complete_backup_queue(ctx.backup_id, &q.vhost, &q.name)?;
@@ -170,50 +192,86 @@ pub(super) fn backup_stream(
     )))
 }
 
-/// Reads offsets 0 (or the first still present) to `end` into batches of records. Returns the
-/// number of messages read.
+/// Reads from offset `from` (or the first still present) up to `end`, or, without an end,
+/// until SIGTERM/SIGINT (a continuous backup: the stop ends the read normally), into batches of
+/// records. Returns the number of messages read and the last offset read.
 fn read_stream(
     ctx: &QueueContext,
     conn: &StreamConnection,
     q: &QueueInfo,
-    end: u64,
+    from: u64,
+    end: Option<u64>,
     m: &metrics::BackupQueueMetrics,
     batches: &Sender<Vec<BackupRecord>>,
-) -> Result<u64> {
-    let sub = conn.subscribe(1, &q.name, OffsetSpec::First, CREDIT)?;
-    let mut next = 0u64;
-    let mut read = 0u64;
+) -> Result<(u64, Option<u64>)> {
+    let spec = if from == 0 {
+        OffsetSpec::First
+    } else {
+        OffsetSpec::Offset(from)
+    };
+    let sub = conn.subscribe(1, &q.name, spec, CREDIT)?;
+    let mut next = from;
+    let (mut read, mut last) = (0u64, None);
     let mut batch = Vec::with_capacity(BATCH_RECORDS);
     let mut batch_bytes = 0usize;
-    while next <= end {
-        if let Some(why) = ctx
-            .lock
-            .lost()
-            .or_else(|| crate::signals::stop_reason("backup"))
-        {
+    let send = |batch: Vec<BackupRecord>| {
+        batches
+            .send(batch)
+            .map_err(|_| Error::Io("segment builder stopped".into()))
+    };
+    while end.is_none_or(|e| next <= e) {
+        if let Some(why) = ctx.lock.lost() {
             return Err(Error::Io(why));
         }
-        let chunk = sub.next_chunk(CHUNK_WAIT)?.ok_or_else(|| {
-            Error::Stream(format!(
-                "stream {} in vhost {}: no chunk within {} s at offset {next} (its end at the start: {end})",
+        if let Some(why) = crate::signals::stop_reason("backup") {
+            if end.is_some() {
+                return Err(Error::Io(why));
+            }
+            log::info!(
+                "stream {} in vhost {}: {why}; the last segment is stored and the backup completed",
                 q.name,
-                q.vhost,
-                CHUNK_WAIT.as_secs()
-            ))
-        })?;
+                q.vhost
+            );
+            break;
+        }
+        let wait = if end.is_some() {
+            CHUNK_WAIT
+        } else {
+            IDLE_FLUSH
+        };
+        let Some(chunk) = sub.next_chunk(wait)? else {
+            if let Some(e) = end {
+                return Err(Error::Stream(format!(
+                    "stream {} in vhost {}: no chunk within {} s at offset {next} (its end at the start: {e})",
+                    q.name,
+                    q.vhost,
+                    CHUNK_WAIT.as_secs()
+                )));
+            }
+            if !batch.is_empty() {
+                batch_bytes = 0;
+                send(std::mem::replace(
+                    &mut batch,
+                    Vec::with_capacity(BATCH_RECORDS),
+                ))?;
+            }
+            continue;
+        };
         conn.credit(sub.id, 1)?;
         let c = parse_chunk(&chunk)?;
         let first = c.header.first_offset;
         if first > next {
-            // Retention removed the offsets before `first` (or the stream starts there).
-            log::debug!("stream {}: first offset read {first}", q.name);
+            log::debug!(
+                "stream {}: offsets {next}..{first} are gone (retention); reading from {first}",
+                q.name
+            );
         }
         for (i, message) in c.messages.into_iter().enumerate() {
             let offset = first + i as u64;
             if offset < next {
                 continue;
             }
-            if offset > end {
+            if end.is_some_and(|e| offset > e) {
                 break;
             }
             let decoded = decode_message(&message).map_err(|e| {
@@ -238,21 +296,20 @@ fn read_stream(
             batch_bytes += rec.body.len();
             batch.push(rec);
             read += 1;
+            last = Some(offset);
             if batch.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
                 batch_bytes = 0;
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_RECORDS));
-                batches
-                    .send(full)
-                    .map_err(|_| Error::Io("segment builder stopped".into()))?;
+                send(std::mem::replace(
+                    &mut batch,
+                    Vec::with_capacity(BATCH_RECORDS),
+                ))?;
             }
         }
         next = next.max(first + c.header.num_records as u64);
     }
     if !batch.is_empty() {
-        batches
-            .send(batch)
-            .map_err(|_| Error::Io("segment builder stopped".into()))?;
+        send(batch)?;
     }
     conn.unsubscribe(sub.id)?;
-    Ok(read)
+    Ok((read, last))
 }

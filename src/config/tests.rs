@@ -854,11 +854,13 @@ fn not_yet_supported() {
     check(
         &|c| c.backup.stop_at_current_depth = false,
         backup(),
-        "continuous backup (backup.stop_at_current_depth: false) is not supported yet",
+        "backup.stop_at_current_depth: false (a continuous backup) follows streams with the stream protocol: set backup.stream_enabled: true",
     );
-    // Disabled or irrelevant settings are accepted, and streams are read.
+    // Disabled or irrelevant settings are accepted, and streams are read, once or continuously.
     let mut c = backup();
     c.backup.stream_enabled = true;
+    assert!(c.check_supported().is_ok());
+    c.backup.stop_at_current_depth = false;
     assert!(c.check_supported().is_ok());
     c.source.as_mut().expect("source").tls = Some(TlsConfig {
         enabled: false,

@@ -117,15 +117,15 @@ impl Config {
     /// `Error::Config("... is not supported yet")`. Later work deletes lines from here.
     pub fn check_supported(&self) -> Result<()> {
         if self.mode == Mode::Backup {
+            if !self.backup.stop_at_current_depth && !self.backup.stream_enabled {
+                return Err(config_err(
+                    "backup.stop_at_current_depth: false (a continuous backup) follows streams with the stream protocol: set backup.stream_enabled: true",
+                ));
+            }
             if let Some(tls) = self.source.as_ref().and_then(|s| s.tls.as_ref()) {
                 if tls.enabled {
                     return Err(config_err("source.tls.enabled: TLS is not supported yet"));
                 }
-            }
-            if !self.backup.stop_at_current_depth {
-                return Err(config_err(
-                    "continuous backup (backup.stop_at_current_depth: false) is not supported yet",
-                ));
             }
         }
         let urls = [

@@ -188,8 +188,8 @@ pub struct Metrics {
     /// `broker_backup_amqp_connections_active`: up when an AMQP connection opens, down when
     /// its reader thread ends (closed or lost).
     pub amqp_connections: Gauge,
-    /// `broker_backup_stream_connections_active`. Stays 0 until the stream protocol is
-    /// supported.
+    /// `broker_backup_stream_connections_active`: stream-protocol connections open now (one
+    /// per stream being backed up, `backup::stream`).
     pub stream_connections: Gauge,
     /// What `/health` reports.
     pub health: Health,

@@ -25,6 +25,9 @@
 use crate::error::{Error, Result};
 use crate::record::{BackupHeaderValue, BackupProperties, BackupRecord};
 
+mod encode;
+pub use encode::{encode_message, encode_value};
+
 /// An AMQP 1.0 value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {

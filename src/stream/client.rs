@@ -77,6 +77,8 @@ struct Shared {
     pending: Mutex<HashMap<u32, Sender<Frame>>>,
     /// Subscriptions: their chunk channels, by subscription id.
     subscriptions: Mutex<HashMap<u8, Sender<Result<Vec<u8>>>>>,
+    /// Publishers: their confirm channels (confirmed publishing ids, or an error), by id.
+    publishers: Mutex<HashMap<u8, Sender<Result<Vec<u64>>>>>,
     /// Why the connection ended, once it has.
     closed: Mutex<Option<String>>,
     /// When the last frame was written (heartbeats are sent when idle).
@@ -114,6 +116,37 @@ impl Subscription {
                 "stream connection closed while a subscription was reading".into(),
             )),
         }
+    }
+}
+
+/// A publisher's confirms: the publishing ids the broker confirmed, in the order it sent them.
+pub struct Publisher {
+    pub id: u8,
+    rx: Receiver<Result<Vec<u64>>>,
+}
+
+impl Publisher {
+    /// Waits until `count` publishes are confirmed, bounded by `timeout`.
+    ///
+    /// Errors: `Stream protocol error` for a publish the broker refused (its code), or for
+    /// confirms missing after `timeout`.
+    pub fn wait_confirms(&self, count: usize, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut confirmed = 0;
+        while confirmed < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(ids) => confirmed += ids?.len(),
+                Err(_) => {
+                    return Err(Error::Stream(format!(
+                        "publisher {}: {confirmed} of {count} publishes confirmed within {} s",
+                        self.id,
+                        timeout.as_secs()
+                    )))
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -315,6 +348,7 @@ impl StreamConnection {
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             subscriptions: Mutex::new(HashMap::new()),
+            publishers: Mutex::new(HashMap::new()),
             closed: Mutex::new(None),
             last_write: Mutex::new(Instant::now()),
         });
@@ -478,6 +512,42 @@ impl StreamConnection {
             return Err(stream_refused("unsubscribe", code, &self.endpoint));
         }
         Ok(())
+    }
+
+    /// Declares publisher `id` on `stream` (no deduplication reference).
+    pub fn declare_publisher(&self, id: u8, stream: &str) -> Result<Publisher> {
+        let (tx, rx) = bounded(1024);
+        if let Ok(mut p) = self.shared.publishers.lock() {
+            p.insert(id, tx);
+        }
+        let (code, _) = self.request("declare publisher", |corr| {
+            Ok(FrameBuf::new(key::DECLARE_PUBLISHER)
+                .u32(corr)
+                .u8(id)
+                .string("")?
+                .string(stream)?
+                .finish())
+        })?;
+        if code != RESPONSE_OK {
+            return Err(stream_refused(
+                &format!("declare a publisher on stream {stream}"),
+                code,
+                &self.endpoint,
+            ));
+        }
+        Ok(Publisher { id, rx })
+    }
+
+    /// Publishes `messages` (publishing id, AMQP 1.0 encoded message) with publisher `id`;
+    /// their confirms arrive on its [`Publisher`].
+    pub fn publish(&self, id: u8, messages: &[(u64, &[u8])]) -> Result<()> {
+        let mut b = FrameBuf::new(key::PUBLISH)
+            .u8(id)
+            .u32(messages.len() as u32);
+        for (publishing_id, m) in messages {
+            b = b.u64(*publishing_id).bytes(m)?;
+        }
+        self.write(&b.finish())
     }
 
     /// Whether each of `streams` exists (its metadata response code is OK).
@@ -694,6 +764,11 @@ fn reader_loop(
     if let Ok(mut p) = shared.pending.lock() {
         p.clear();
     }
+    if let Ok(mut p) = shared.publishers.lock() {
+        for (_, tx) in p.drain() {
+            let _ = tx.try_send(Err(Error::Connection(why.clone())));
+        }
+    }
 }
 
 /// Reads what the socket has into `partial` and returns a whole frame when one is there;
@@ -763,6 +838,27 @@ fn dispatch(f: &[u8], shared: &Shared, writer: &mut Transport, endpoint: &str) -
                         "{endpoint} delivered more chunks to subscription {id} than its credit"
                     )));
                 }
+            }
+        }
+        key::PUBLISH_CONFIRM | key::PUBLISH_ERROR => {
+            let id = c.u8()?;
+            let n = c.count(8)?;
+            let result = if k == key::PUBLISH_CONFIRM {
+                (0..n).map(|_| c.u64()).collect::<Result<Vec<u64>>>()
+            } else {
+                let (pid, code) = (c.u64()?, c.u16()?);
+                Err(Error::Stream(format!(
+                    "publish {pid} of publisher {id} refused by {endpoint}: {} ({n} refused in this frame)",
+                    response_text(code)
+                )))
+            };
+            if let Some(tx) = shared
+                .publishers
+                .lock()
+                .ok()
+                .and_then(|p| p.get(&id).cloned())
+            {
+                let _ = tx.try_send(result);
             }
         }
         key::HEARTBEAT => {}

@@ -12,5 +12,5 @@ pub mod chunk;
 pub mod client;
 pub mod protocol;
 
-pub use client::{StreamConnection, StreamOptions, Subscription};
+pub use client::{Publisher, StreamConnection, StreamOptions, Subscription};
 pub use protocol::OffsetSpec;

@@ -667,3 +667,45 @@ restore:
         dir = dir.display(),
     )
 }
+
+/// Starts the binary with `args`, its stderr lines sent to the receiver as they come.
+pub fn spawn_cli(
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(|l| l.ok()) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Waits (at most 120 s) for a stderr line containing `needle`; panics with what came.
+pub fn wait_line(rx: &std::sync::mpsc::Receiver<String>, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    while std::time::Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(line) => seen.push(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(_) => break,
+        }
+    }
+    panic!(
+        "no line with {needle:?}; stderr so far:\n{}",
+        seen.join("\n")
+    );
+}

@@ -1,0 +1,251 @@
+//! One stream's backup through AMQP 0-9-1 (`backup.stream_enabled: false`): a consumer with
+//! `x-stream-offset`, a prefetch window, and acknowledgements that only give the broker credit
+//! (a stream keeps its messages whatever a consumer does).
+//!
+//! The end is the highest offset delivered within [`END_WINDOW`] of subscribing at `last`
+//! (RabbitMQ delivers the stream's last chunk at once; 0-9-1 has no other way to ask), then
+//! the stream is read from `first` up to it. The broker's own `x-stream-offset` header is
+//! metadata, not part of the message: it gives the record's offset (`delivery_tag` =
+//! offset + 1) and is left out of its headers. What the broker's 0-9-1 conversion drops
+//! (table and array headers of messages published over 0-9-1) is not in the backup; see
+//! README "Streams".
+
+use super::resume;
+use super::segments::{build_segments, Upload};
+use super::QueueContext;
+use crate::amqp::{Channel, ConnectOptions, Connection, Delivery, FieldValue};
+use crate::broker::QueueType;
+use crate::error::{Error, Result};
+use crate::management::QueueInfo;
+use crate::manifest::QueueBackup;
+use crate::metrics;
+use crate::now_ms;
+use crate::progress;
+use crate::record::BackupRecord;
+use crate::spool::spawn_named;
+use crossbeam_channel::{bounded, Sender};
+use std::time::{Duration, Instant};
+
+/// Unacknowledged deliveries the broker may send ahead.
+const PREFETCH: u16 = 1000;
+/// How long deliveries from `last` are gathered to find the end.
+const END_WINDOW: Duration = Duration::from_secs(1);
+/// The longest wait for the next delivery of a stream known to hold more.
+const DELIVERY_WAIT: Duration = Duration::from_secs(30);
+/// Records per batch handed to the segment builder, and their body bytes.
+const BATCH_RECORDS: usize = 512;
+const BATCH_BYTES: usize = 1 << 20;
+
+/// The offset the broker put in a stream delivery's `x-stream-offset` header.
+fn offset_of(d: &Delivery) -> Option<u64> {
+    d.properties
+        .headers
+        .as_ref()?
+        .iter()
+        .find(|(k, _)| k == "x-stream-offset")
+        .and_then(|(_, v)| match v {
+            FieldValue::I64(n) => u64::try_from(*n).ok(),
+            FieldValue::U32(n) => Some(*n as u64),
+            FieldValue::I32(n) => u64::try_from(*n).ok(),
+            _ => None,
+        })
+}
+
+/// Removes the broker's `x-stream-offset` header (and the table it leaves empty).
+fn strip_offset(d: &mut Delivery) {
+    if let Some(h) = d.properties.headers.as_mut() {
+        h.retain(|(k, _)| k != "x-stream-offset");
+        if h.is_empty() {
+            d.properties.headers = None;
+        }
+    }
+}
+
+fn consume_from(ch: &Channel, stream: &str, from: &str) -> Result<crate::amqp::Consumer> {
+    ch.basic_qos(PREFETCH, false)?;
+    let args = vec![(
+        "x-stream-offset".to_string(),
+        FieldValue::LongString(from.as_bytes().to_vec()),
+    )];
+    ch.basic_consume(stream, "rmq-backup", false, false, &args)
+}
+
+/// The stream's last offset now, `None` when it is empty (see the module documentation).
+fn last_offset(conn: &Connection, q: &QueueInfo) -> Result<Option<u64>> {
+    let ch = conn.open_channel()?;
+    let consumer = consume_from(&ch, &q.name, "last")?;
+    let first_wait = if q.messages > 0 {
+        DELIVERY_WAIT
+    } else {
+        END_WINDOW
+    };
+    let mut end = None;
+    let started = Instant::now();
+    let mut wait = first_wait;
+    while let Some(d) = consumer.recv_timeout(wait)? {
+        ch.basic_ack(d.delivery_tag, false)?;
+        end = end.max(offset_of(&d));
+        if started.elapsed() >= END_WINDOW {
+            break;
+        }
+        wait = END_WINDOW
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
+    }
+    ch.close()?;
+    if end.is_none() && q.messages > 0 {
+        return Err(Error::Amqp(format!(
+            "stream {} in vhost {}: nothing delivered from its end within {} s although the management API counts {} messages",
+            q.name,
+            q.vhost,
+            first_wait.as_secs(),
+            q.messages
+        )));
+    }
+    Ok(end)
+}
+
+/// Backs up one stream through AMQP 0-9-1, from its first offset to its last at the start.
+pub(super) fn backup_stream_amqp(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+    uploads: &Sender<Upload>,
+) -> Result<Option<QueueBackup>> {
+    if let Some(done) = resume::completed_earlier(ctx, q, QueueType::Stream)? {
+        return Ok(Some(done));
+    }
+    let after = resume::start_queue(ctx, q)?;
+    let mut url = crate::amqp::AmqpUrl::parse(&ctx.source.amqp_url)?;
+    url.vhost = q.vhost.clone();
+    let mut options = ConnectOptions::new(url);
+    options.connection_name = format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name);
+    let conn = Connection::open(&options)?;
+    let end = last_offset(&conn, q)?;
+    log::info!(
+        "stream {} in vhost {}: backing up {} through AMQP 0-9-1 (backup.stream_enabled is false)",
+        q.name,
+        q.vhost,
+        end.map_or("nothing (empty)".to_string(), |e| format!(
+            "offsets up to {e}"
+        ))
+    );
+    let m = metrics::global().backup_queue(&q.name, &q.vhost, QueueType::Stream.as_str());
+    let _row = progress::row(
+        format!("{} (stream, vhost {})", q.name, q.vhost),
+        end.map_or(0, |e| e + 1),
+        m.messages_read.clone(),
+        m.bytes_read.clone(),
+    );
+    let started = Instant::now();
+    let (batch_tx, batch_rx) = bounded::<Vec<BackupRecord>>(4);
+    let (read, built) = std::thread::scope(|s| {
+        let builder = spawn_named(s, "segment-builder", || {
+            build_segments(ctx, q, &m, batch_rx, uploads, after)
+        });
+        let read = match end {
+            Some(end) => read_to(ctx, &conn, q, end, &m, &batch_tx),
+            None => Ok(0),
+        };
+        drop(batch_tx);
+        let built = builder
+            .join()
+            .unwrap_or_else(|_| Err(Error::Io("segment builder panicked".into())));
+        (read, built)
+    });
+    if let Err(e) = conn.close() {
+        log::debug!("closing connection of stream {}: {e}", q.name);
+    }
+    let (read, segments) = match (read, built) {
+        (_, Err(e)) | (Err(e), _) => return Err(e),
+        (Ok(r), Ok(b)) => (r, b),
+    };
+    log::info!(
+        "stream {} in vhost {}: {read} messages in {} segment(s), {:.1} s",
+        q.name,
+        q.vhost,
+        segments.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(cp) = ctx.checkpoints {
+        if let Some(e) = end {
+            cp.set_stream_offset(ctx.backup_id, &q.vhost, &q.name, e)?;
+        }
+        cp.complete_backup_queue(ctx.backup_id, &q.vhost, &q.name)?;
+    }
+    Ok(Some(QueueBackup::from_segments(
+        &q.vhost,
+        &q.name,
+        QueueType::Stream,
+        segments,
+    )))
+}
+
+/// Reads offsets from the first to `end` into batches of records; returns how many.
+fn read_to(
+    ctx: &QueueContext,
+    conn: &Connection,
+    q: &QueueInfo,
+    end: u64,
+    m: &metrics::BackupQueueMetrics,
+    batches: &Sender<Vec<BackupRecord>>,
+) -> Result<u64> {
+    let ch = conn.open_channel()?;
+    let consumer = consume_from(&ch, &q.name, "first")?;
+    let (mut next, mut read) = (0u64, 0u64);
+    let mut batch = Vec::with_capacity(BATCH_RECORDS);
+    let mut batch_bytes = 0usize;
+    while next <= end {
+        if let Some(why) = ctx
+            .lock
+            .lost()
+            .or_else(|| crate::signals::stop_reason("backup"))
+        {
+            return Err(Error::Io(why));
+        }
+        let mut d = consumer.recv_timeout(DELIVERY_WAIT)?.ok_or_else(|| {
+            Error::Amqp(format!(
+                "stream {} in vhost {}: no delivery within {} s at offset {next} (its end at the start: {end})",
+                q.name,
+                q.vhost,
+                DELIVERY_WAIT.as_secs()
+            ))
+        })?;
+        // Acknowledgements give the broker credit; they take nothing from a stream.
+        ch.basic_ack(d.delivery_tag, false)?;
+        let offset = offset_of(&d).ok_or_else(|| {
+            Error::Amqp(format!(
+                "stream {} in vhost {}: a delivery without x-stream-offset",
+                q.name, q.vhost
+            ))
+        })?;
+        if offset < next {
+            continue;
+        }
+        if offset > end {
+            break;
+        }
+        next = offset + 1;
+        strip_offset(&mut d);
+        d.delivery_tag = offset + 1;
+        d.redelivered = false;
+        m.messages_read.inc();
+        m.bytes_read.add(d.body.len() as u64);
+        batch_bytes += d.body.len();
+        batch.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()));
+        read += 1;
+        if batch.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
+            batch_bytes = 0;
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_RECORDS));
+            batches
+                .send(full)
+                .map_err(|_| Error::Io("segment builder stopped".into()))?;
+        }
+    }
+    if !batch.is_empty() {
+        batches
+            .send(batch)
+            .map_err(|_| Error::Io("segment builder stopped".into()))?;
+    }
+    ch.close()?;
+    Ok(read)
+}

@@ -1,0 +1,156 @@
+//! The AMQP 1.0 encoding of [`Value`]s and of a [`Message`]'s sections: what a stream-protocol
+//! publisher sends. Every value takes its widest constructor (`str32`, `list32`, ...) except
+//! the fixed-width types; [`super::decode_value`] reads it back unchanged.
+
+use super::{Message, Value};
+
+fn sized(out: &mut Vec<u8>, code: u8, bytes: &[u8]) {
+    out.push(code);
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn compound(out: &mut Vec<u8>, code: u8, count: usize, items: &[u8]) {
+    out.push(code);
+    out.extend_from_slice(&((items.len() + 4) as u32).to_be_bytes());
+    out.extend_from_slice(&(count as u32).to_be_bytes());
+    out.extend_from_slice(items);
+}
+
+/// Appends the encoding of `v` to `out`.
+pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Null => out.push(0x40),
+        Value::Bool(b) => out.push(if *b { 0x41 } else { 0x42 }),
+        Value::Ubyte(n) => out.extend_from_slice(&[0x50, *n]),
+        Value::Byte(n) => out.extend_from_slice(&[0x51, *n as u8]),
+        Value::Ushort(n) => {
+            out.push(0x60);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        Value::Short(n) => {
+            out.push(0x61);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        Value::Uint(n) => {
+            out.push(0x70);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        Value::Int(n) => {
+            out.push(0x71);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        Value::Ulong(n) => {
+            out.push(0x80);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        Value::Long(n) => {
+            out.push(0x81);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        Value::Float(f) => {
+            out.push(0x72);
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        Value::Double(f) => {
+            out.push(0x82);
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        Value::Decimal(b) => {
+            out.push(match b.len() {
+                4 => 0x74,
+                8 => 0x84,
+                _ => 0x94,
+            });
+            let mut fixed = b.clone();
+            fixed.resize(
+                if b.len() <= 4 {
+                    4
+                } else if b.len() <= 8 {
+                    8
+                } else {
+                    16
+                },
+                0,
+            );
+            out.extend_from_slice(&fixed);
+        }
+        Value::Char(c) => {
+            out.push(0x73);
+            out.extend_from_slice(&c.to_be_bytes());
+        }
+        Value::Timestamp(ms) => {
+            out.push(0x83);
+            out.extend_from_slice(&ms.to_be_bytes());
+        }
+        Value::Uuid(u) => {
+            out.push(0x98);
+            out.extend_from_slice(u);
+        }
+        Value::Binary(b) => sized(out, 0xb0, b),
+        Value::String(s) => sized(out, 0xb1, s.as_bytes()),
+        Value::InvalidString(b) => sized(out, 0xb1, b),
+        Value::Symbol(s) => sized(out, 0xb3, s.as_bytes()),
+        Value::List(items) => {
+            let mut body = Vec::new();
+            for i in items {
+                encode_value(i, &mut body);
+            }
+            compound(out, 0xd0, items.len(), &body);
+        }
+        Value::Map(pairs) => {
+            let mut body = Vec::new();
+            for (k, v) in pairs {
+                encode_value(k, &mut body);
+                encode_value(v, &mut body);
+            }
+            compound(out, 0xd1, pairs.len() * 2, &body);
+        }
+        // Arrays are written as lists of their elements' own constructors would not be
+        // arrays; an array keeps one constructor: the first element's (empty: null).
+        Value::Array(items) => {
+            let mut first = Vec::new();
+            encode_value(items.first().unwrap_or(&Value::Null), &mut first);
+            let mut body = vec![first[0]];
+            for i in items {
+                let mut one = Vec::new();
+                encode_value(i, &mut one);
+                body.extend_from_slice(&one[1..]);
+            }
+            compound(out, 0xf0, items.len(), &body);
+        }
+        Value::Described(d, v) => {
+            out.push(0x00);
+            encode_value(d, out);
+            encode_value(v, out);
+        }
+    }
+}
+
+fn section(out: &mut Vec<u8>, code: u64, v: &Value) {
+    encode_value(
+        &Value::Described(Box::new(Value::Ulong(code)), Box::new(v.clone())),
+        out,
+    );
+}
+
+/// The sections of `m`: message annotations, properties, application properties (each when
+/// not empty) and the body as one `data` section.
+pub fn encode_message(m: &Message) -> Vec<u8> {
+    let mut out = Vec::with_capacity(m.body.len() + 256);
+    if !m.message_annotations.is_empty() {
+        section(&mut out, 0x72, &Value::Map(m.message_annotations.clone()));
+    }
+    if !m.properties.is_empty() {
+        section(&mut out, 0x73, &Value::List(m.properties.clone()));
+    }
+    if !m.application_properties.is_empty() {
+        section(
+            &mut out,
+            0x74,
+            &Value::Map(m.application_properties.clone()),
+        );
+    }
+    section(&mut out, 0x75, &Value::Binary(m.body.clone()));
+    out
+}
