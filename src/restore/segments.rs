@@ -34,7 +34,7 @@ pub(super) fn in_window(backed_up_at: i64, opts: &RestoreOptions) -> bool {
 }
 
 /// Raw record JSON per chunk handed to a decode worker, bytes.
-const CHUNK_JSON_BYTES: usize = 2 << 20;
+const CHUNK_JSON_BYTES: usize = 1 << 20;
 
 /// Decode workers per queue being restored: one per core (`available_parallelism`), at most 4.
 fn decode_workers() -> usize {
@@ -63,7 +63,7 @@ type Pending = (crossbeam_channel::Receiver<Result<Vec<BackupRecord>>>, u64);
 /// This thread fetches, verifies and decompresses; chunks of raw records are decoded on
 /// [`decode_workers`] threads at once, and a forwarding thread puts them back in order,
 /// applies the window and the skip, and sends them to the publisher (bounded channels: at most
-/// a few 2 MiB chunks in flight).
+/// a few 1 MiB chunks in flight per queue).
 pub(super) fn decode_segments(
     opts: &RestoreOptions,
     storage: &dyn Storage,
@@ -75,7 +75,7 @@ pub(super) fn decode_segments(
 ) -> Result<()> {
     let workers = decode_workers();
     let (job_tx, job_rx) = crossbeam_channel::bounded::<DecodeJob>(workers);
-    let (order_tx, order_rx) = crossbeam_channel::bounded::<Pending>(workers * 2);
+    let (order_tx, order_rx) = crossbeam_channel::bounded::<Pending>(workers);
     std::thread::scope(|s| {
         for _ in 0..workers {
             let job_rx = job_rx.clone();
