@@ -19,7 +19,7 @@ use std::sync::Arc;
 #[argh(
     help_triggers("-h", "--help"),
     example = "{command_name} backup --config backup.yaml\n{command_name} validate --path file:///var/backups/rabbitmq --backup-id nightly --deep\n{command_name} restore --config restore.yaml",
-    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). See README.md for the configuration file."
+    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). See README.md for the configuration file. --version prints the version and the git commit of the build."
 )]
 struct Cli {
     /// more output: -v debug, -vv trace (AMQP frames, storage operations, segment details);
@@ -208,6 +208,17 @@ fn init_logging(verbosity: u8) {
     let _ = b.try_init();
 }
 
+/// `rmq-backup <version> (commit <git commit>)`: what `--version` prints. The commit is the one
+/// the binary was built from (`build.rs`; `-modified` when the tree had uncommitted changes,
+/// `unknown` outside a git checkout).
+pub fn version() -> String {
+    format!(
+        "rmq-backup {} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("RMQ_BACKUP_GIT_COMMIT")
+    )
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().collect();
@@ -218,6 +229,10 @@ pub fn main() -> i32 {
         .and_then(|n| n.to_str())
         .unwrap_or("rmq-backup")
         .to_string();
+    if matches!(rest.as_slice(), [v] if v == "--version" || v == "-V") {
+        println!("{}", version());
+        return 0;
+    }
     let rest_refs: Vec<&str> = rest.iter().map(String::as_str).collect();
     let cli = match Cli::from_args(&[name.as_str()], &rest_refs) {
         Ok(cli) => cli,

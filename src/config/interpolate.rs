@@ -82,6 +82,8 @@ impl Config {
     /// Errors: `Error::Config("Environment variable {NAME} referenced in {field} is not set")`,
     /// or a malformed reference.
     pub fn interpolate_env(&mut self) -> Result<()> {
+        // A dated or per-job backup id (`nightly-${BACKUP_DATE}`), checked after this.
+        interpolate_in_place(&mut self.backup_id, "backup_id")?;
         if let Some(source) = &mut self.source {
             interpolate_in_place(&mut source.amqp_url, "source.amqp_url")?;
             interpolate_in_place(

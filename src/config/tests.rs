@@ -1319,3 +1319,22 @@ fn example_files_load_and_validate() {
         Some("orders-restored")
     );
 }
+
+#[test]
+fn a_backup_id_takes_environment_variables_and_is_checked_after() {
+    // Only this test sets these variables.
+    unsafe {
+        std::env::set_var("RMQB_TEST_ID_DATE", "20261125");
+        std::env::set_var("RMQB_TEST_ID_BAD", "a/b");
+    }
+    let yaml = |id: &str| {
+        format!(
+            "mode: backup\nbackup_id: \"{id}\"\nsource:\n  amqp_url: amqp://a\n  management_url: http://a\n  management_username: u\n  management_password: p\nstorage:\n  backend: memory\n"
+        )
+    };
+    let c = Config::from_yaml_str(&yaml("nightly-${RMQB_TEST_ID_DATE}")).unwrap();
+    assert_eq!(c.backup_id, "nightly-20261125");
+    let e = Config::from_yaml_str(&yaml("x-${RMQB_TEST_ID_BAD}")).unwrap_err();
+    assert!(e.to_string().starts_with("Configuration error:"), "{e}");
+    assert!(Config::from_yaml_str(&yaml("${RMQB_TEST_ID_UNSET}")).is_err());
+}

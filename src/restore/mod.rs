@@ -196,6 +196,8 @@ fn run_job(
     type Outcome = Option<(QueueRestore, Result<()>)>;
     let results: Mutex<Vec<Outcome>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let workers = opts.max_concurrent_queues.max(1).min(jobs.len().max(1));
+    // Record decoding shares the cores among the queues restored at once.
+    let decode_workers = segments::decode_workers(workers);
     let display = progress::start(
         &format!("restore {backup_id}"),
         summary.queues.len(),
@@ -231,6 +233,7 @@ fn run_job(
                         backup,
                         &mut entry,
                         checkpoint.as_ref(),
+                        decode_workers,
                     ),
                 };
                 if let Ok(mut all) = results.lock() {
@@ -392,6 +395,7 @@ fn restore_queue(
     backup: &QueueBackup,
     entry: &mut QueueRestore,
     checkpoint: Option<&QueueCheckpoint>,
+    decode_workers: usize,
 ) -> Result<()> {
     if let Some(cp) = checkpoint {
         if let Some((done, completed)) = cp.store.restore_queue(&cp.key)? {
@@ -472,7 +476,16 @@ fn restore_queue(
     let (decoded, published) = std::thread::scope(|s| {
         // The sender moves into the decoder: when it ends, the publisher's loop ends.
         let decoder = spawn_named(s, "segment-decoder", move || {
-            decode_segments(opts, storage, spool, backup, &tx, outside, skip)
+            decode_segments(
+                opts,
+                storage,
+                spool,
+                backup,
+                &tx,
+                outside,
+                skip,
+                decode_workers,
+            )
         });
         let publisher = Publisher {
             channel: &channel,

@@ -36,11 +36,13 @@ pub(super) fn in_window(backed_up_at: i64, opts: &RestoreOptions) -> bool {
 /// Raw record JSON per chunk handed to a decode worker, bytes.
 const CHUNK_JSON_BYTES: usize = 1 << 20;
 
-/// Decode workers per queue being restored: one per core (`available_parallelism`), at most 4.
-fn decode_workers() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4)
+/// Decode workers for each of `queues` queues restored at once: the cores
+/// (`available_parallelism`) shared among them, at least 1 and at most 4 each. Measured on 2
+/// cores: 8 queues restored at once with 2 workers each peaked at 103-146 MB (threads, their
+/// malloc arenas and chunks in flight) against 51-80 MB with one decoder each.
+pub(super) fn decode_workers(queues: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / queues.max(1)).clamp(1, 4)
 }
 
 /// A chunk of one segment's raw records on its way to a decode worker, and where the worker
@@ -60,10 +62,12 @@ type Pending = (crossbeam_channel::Receiver<Result<Vec<BackupRecord>>>, u64);
 /// an earlier run published) are left out; whole segments of them are not even fetched when
 /// no time window is set.
 ///
-/// This thread fetches, verifies and decompresses; chunks of raw records are decoded on
-/// [`decode_workers`] threads at once, and a forwarding thread puts them back in order,
-/// applies the window and the skip, and sends them to the publisher (bounded channels: at most
-/// a few 1 MiB chunks in flight per queue).
+/// This thread fetches, verifies and decompresses. With one worker ([`decode_workers`]: more
+/// queues restored at once than cores) it decodes the records itself; with more, chunks of raw
+/// records are decoded on `workers` threads at once and a forwarding thread puts them back in
+/// order (bounded channels: a few 1 MiB chunks in flight). Either way [`Forward`] applies the
+/// window and the skip and sends batches to the publisher.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn decode_segments(
     opts: &RestoreOptions,
     storage: &dyn Storage,
@@ -72,8 +76,18 @@ pub(super) fn decode_segments(
     tx: &crossbeam_channel::Sender<Vec<BackupRecord>>,
     outside_window: &AtomicU64,
     skip: u64,
+    workers: usize,
 ) -> Result<()> {
-    let workers = decode_workers();
+    let decode = |raw: &[Vec<u8>]| raw.iter().map(|json| decode_record(json)).collect();
+    if workers <= 1 {
+        let mut forward = Forward::new(tx, outside_window, opts);
+        let mut inline = |raw: Vec<Vec<u8>>, more_skip: u64| -> Result<bool> {
+            Ok(forward.push(decode(&raw)?, more_skip))
+        };
+        read_segments(opts, storage, spool, backup, skip, &mut inline)?;
+        forward.finish();
+        return Ok(());
+    }
     let (job_tx, job_rx) = crossbeam_channel::bounded::<DecodeJob>(workers);
     let (order_tx, order_rx) = crossbeam_channel::bounded::<Pending>(workers);
     std::thread::scope(|s| {
@@ -81,16 +95,29 @@ pub(super) fn decode_segments(
             let job_rx = job_rx.clone();
             crate::spool::spawn_named(s, "record-decoder", move || {
                 for (raw, done) in job_rx {
-                    let decoded = raw.iter().map(|json| decode_record(json)).collect();
-                    let _ = done.send(decoded);
+                    let _ = done.send(decode(&raw));
                 }
             });
         }
         drop(job_rx);
         let forwarder = crate::spool::spawn_named(s, "record-forwarder", move || {
-            forward_in_order(order_rx, tx, outside_window, opts)
+            let mut forward = Forward::new(tx, outside_window, opts);
+            for (done, more_skip) in order_rx {
+                let records = done
+                    .recv()
+                    .unwrap_or_else(|_| Err(Error::Io("a record decoder stopped".into())))?;
+                if !forward.push(records, more_skip) {
+                    return Ok(()); // the publisher stopped; it reports why
+                }
+            }
+            forward.finish();
+            Ok(())
         });
-        let read = read_segments(opts, storage, spool, backup, skip, &job_tx, &order_tx);
+        let mut threaded = |raw: Vec<Vec<u8>>, more_skip: u64| -> Result<bool> {
+            let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+            Ok(order_tx.send((done_rx, more_skip)).is_ok() && job_tx.send((raw, done_tx)).is_ok())
+        };
+        let read = read_segments(opts, storage, spool, backup, skip, &mut threaded);
         drop(job_tx);
         drop(order_tx);
         let forwarded = forwarder
@@ -100,23 +127,18 @@ pub(super) fn decode_segments(
     })
 }
 
-/// Fetches, verifies and decompresses the segments, handing chunks of raw records to the
-/// decode workers and their places in line to the forwarder.
+/// Fetches, verifies and decompresses the segments, handing chunks of raw records (with how
+/// many more in-window records to skip from there) to `hand_over`, which says false when the
+/// publisher side stopped.
 fn read_segments(
     opts: &RestoreOptions,
     storage: &dyn Storage,
     spool: &Path,
     backup: &QueueBackup,
     mut skip: u64,
-    jobs: &crossbeam_channel::Sender<DecodeJob>,
-    order: &crossbeam_channel::Sender<Pending>,
+    hand_over: &mut dyn FnMut(Vec<Vec<u8>>, u64) -> Result<bool>,
 ) -> Result<()> {
     let windowless = opts.time_window_start.is_none() && opts.time_window_end.is_none();
-    // Hands one chunk over; false when the publisher side stopped (it reports why).
-    let hand_over = |raw: Vec<Vec<u8>>, skip_from_here: u64| -> bool {
-        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        order.send((done_rx, skip_from_here)).is_ok() && jobs.send((raw, done_tx)).is_ok()
-    };
     for segment in backup
         .segments
         .iter()
@@ -151,13 +173,12 @@ fn read_segments(
                 chunk.push(json);
                 if chunk.len() >= RECORD_BATCH || chunk_bytes >= CHUNK_JSON_BYTES {
                     chunk_bytes = 0;
-                    let full = std::mem::take(&mut chunk);
-                    if !hand_over(full, std::mem::take(&mut skip)) {
+                    if !hand_over(std::mem::take(&mut chunk), std::mem::take(&mut skip))? {
                         return Ok(false);
                     }
                 }
             }
-            Ok(chunk.is_empty() || hand_over(chunk, std::mem::take(&mut skip)))
+            Ok(chunk.is_empty() || hand_over(chunk, std::mem::take(&mut skip))?)
         })();
         let _ = std::fs::remove_file(&path);
         if !result? {
@@ -167,46 +188,65 @@ fn read_segments(
     Ok(())
 }
 
-/// Receives the decoded chunks in their order, leaves out records outside the window and the
-/// records to skip, and sends batches to the publisher.
-fn forward_in_order(
-    order: crossbeam_channel::Receiver<Pending>,
-    tx: &crossbeam_channel::Sender<Vec<BackupRecord>>,
-    outside_window: &AtomicU64,
-    opts: &RestoreOptions,
-) -> Result<()> {
-    let mut skip = 0u64;
-    let mut batch = Vec::with_capacity(RECORD_BATCH);
-    let mut batch_bytes = 0usize;
-    for (done, more_skip) in order {
-        skip += more_skip;
-        let records = done
-            .recv()
-            .unwrap_or_else(|_| Err(Error::Io("a record decoder stopped".into())))?;
+/// The records of a queue on their way to the publisher, in order: leaves out records outside
+/// the window and the records to skip, and sends batches.
+struct Forward<'a> {
+    tx: &'a crossbeam_channel::Sender<Vec<BackupRecord>>,
+    outside_window: &'a AtomicU64,
+    opts: &'a RestoreOptions,
+    skip: u64,
+    batch: Vec<BackupRecord>,
+    batch_bytes: usize,
+}
+
+impl<'a> Forward<'a> {
+    fn new(
+        tx: &'a crossbeam_channel::Sender<Vec<BackupRecord>>,
+        outside_window: &'a AtomicU64,
+        opts: &'a RestoreOptions,
+    ) -> Forward<'a> {
+        Forward {
+            tx,
+            outside_window,
+            opts,
+            skip: 0,
+            batch: Vec::with_capacity(RECORD_BATCH),
+            batch_bytes: 0,
+        }
+    }
+
+    /// Takes the next records (and `more_skip` more records to skip); false when the publisher
+    /// stopped.
+    fn push(&mut self, records: Vec<BackupRecord>, more_skip: u64) -> bool {
+        self.skip += more_skip;
         for record in records {
-            if !in_window(record.backed_up_at, opts) {
-                outside_window.fetch_add(1, Ordering::Relaxed);
+            if !in_window(record.backed_up_at, self.opts) {
+                self.outside_window.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if skip > 0 {
-                skip -= 1;
+            if self.skip > 0 {
+                self.skip -= 1;
                 continue;
             }
-            batch_bytes += record.body().len();
-            batch.push(record);
-            if batch.len() >= RECORD_BATCH || batch_bytes >= RECORD_BATCH_BYTES {
-                batch_bytes = 0;
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(RECORD_BATCH));
-                if tx.send(full).is_err() {
-                    return Ok(()); // the publisher stopped; it reports why
+            self.batch_bytes += record.body().len();
+            self.batch.push(record);
+            if self.batch.len() >= RECORD_BATCH || self.batch_bytes >= RECORD_BATCH_BYTES {
+                self.batch_bytes = 0;
+                let full = std::mem::replace(&mut self.batch, Vec::with_capacity(RECORD_BATCH));
+                if self.tx.send(full).is_err() {
+                    return false;
                 }
             }
         }
+        true
     }
-    if !batch.is_empty() {
-        let _ = tx.send(batch);
+
+    /// Sends the last, partial batch.
+    fn finish(self) {
+        if !self.batch.is_empty() {
+            let _ = self.tx.send(self.batch);
+        }
     }
-    Ok(())
 }
 
 /// Opens a fetched segment and checks it against the manifest before anything of it is

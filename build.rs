@@ -1,0 +1,32 @@
+//! Build script: records the git commit the binary is built from (`rmq-backup --version`).
+//! Outside a git checkout (a source tarball), or without git, the commit reads `unknown`.
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn main() {
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    let commit = if dirty {
+        format!("{commit}-modified")
+    } else {
+        commit
+    };
+    println!("cargo:rustc-env=RMQ_BACKUP_GIT_COMMIT={commit}");
+    // A new commit moves HEAD or the branch it points to.
+    for path in [
+        ".git/HEAD",
+        ".git/refs/heads",
+        ".git/packed-refs",
+        ".git/index",
+    ] {
+        println!("cargo:rerun-if-changed={path}");
+    }
+}

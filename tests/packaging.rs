@@ -1,0 +1,116 @@
+//! What users install: the Debian package (scripts/build-deb.sh) installs the static binary,
+//! the example configuration and systemd units that `systemd-analyze verify` accepts; the
+//! example configurations of the package and of the Kubernetes CronJob load as valid
+//! configurations.
+
+use std::path::Path;
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(cmd: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new(cmd)
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A configuration with its `${...}` variables set, as `Config` loads it.
+fn load(yaml: &str) -> rmq_backup::config::Config {
+    for (k, v) in [
+        ("RABBITMQ_PASSWORD", "secret"),
+        ("BACKUP_DATE", "20261125"),
+        ("BACKUP_JOB", "rmq-backup-29001234"),
+        ("AWS_ACCESS_KEY_ID", "AKIA"),
+        ("AWS_SECRET_ACCESS_KEY", "key"),
+    ] {
+        // Tests of this file only read these variables.
+        unsafe { std::env::set_var(k, v) };
+    }
+    rmq_backup::config::Config::from_yaml_str(yaml).expect("a valid configuration")
+}
+
+#[test]
+fn the_example_configurations_are_valid() {
+    let c = load(&std::fs::read_to_string(root().join("packaging/backup.yaml")).unwrap());
+    assert_eq!(c.backup_id, "nightly-20261125");
+    let k8s = std::fs::read_to_string(root().join("packaging/k8s/cronjob.yaml")).unwrap();
+    let docs: Vec<serde_json::Value> = k8s
+        .split("\n---\n")
+        .map(|d| serde_norway::from_str(d).expect("YAML"))
+        .collect();
+    let config = docs[0]["data"]["backup.yaml"]
+        .as_str()
+        .expect("backup.yaml in the ConfigMap");
+    let c = load(config);
+    assert_eq!(c.backup_id, "rmq-backup-29001234");
+    let port = c.metrics.as_ref().expect("metrics").port;
+    let container = &docs[1]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["ports"][0]["containerPort"], port);
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(container[probe]["httpGet"]["path"], "/healthz", "{probe}");
+    }
+}
+
+#[test]
+fn the_debian_package_installs_and_its_units_verify() {
+    let built = Command::new("scripts/build-deb.sh")
+        .current_dir(root())
+        .output()
+        .expect("scripts/build-deb.sh");
+    assert!(
+        built.status.success(),
+        "build-deb: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let deb = String::from_utf8_lossy(&built.stdout).trim().to_string();
+    let (ok, listing) = run("dpkg-deb", &["-c", &deb]);
+    assert!(ok, "{listing}");
+    for f in [
+        "./usr/bin/rmq-backup",
+        "./etc/rmq-backup/backup.yaml",
+        "./lib/systemd/system/rmq-backup.service",
+        "./lib/systemd/system/rmq-backup.timer",
+        "./usr/share/doc/rmq-backup/README.md",
+    ] {
+        assert!(listing.contains(f), "{f} in\n{listing}");
+    }
+    let (ok, out) = run("dpkg", &["-i", &deb]);
+    assert!(ok, "dpkg -i: {out}");
+    let checks = || {
+        let (ok, version) = run("/usr/bin/rmq-backup", &["--version"]);
+        assert!(ok && version.starts_with("rmq-backup "), "{version}");
+        let (ok, user) = run("getent", &["passwd", "rmq-backup"]);
+        assert!(ok, "the system user: {user}");
+        let (ok, out) = run(
+            "systemd-analyze",
+            &[
+                "verify",
+                "/lib/systemd/system/rmq-backup.service",
+                "/lib/systemd/system/rmq-backup.timer",
+            ],
+        );
+        assert!(ok, "systemd-analyze verify: {out}");
+        assert!(
+            !out.contains("rmq-backup"),
+            "warnings about the units: {out}"
+        );
+    };
+    let result = std::panic::catch_unwind(checks);
+    let (ok, out) = run("dpkg", &["--purge", "rmq-backup"]);
+    assert!(ok, "dpkg --purge: {out}");
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
