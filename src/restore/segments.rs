@@ -84,7 +84,8 @@ pub(super) fn decode_segments(
         let mut inline = |raw: Vec<Vec<u8>>, more_skip: u64| -> Result<bool> {
             Ok(forward.push(decode(&raw)?, more_skip))
         };
-        read_segments(opts, storage, spool, backup, skip, &mut inline)?;
+        // One record at a time: nothing held twice (raw and decoded) per queue.
+        read_segments(opts, storage, spool, backup, skip, 1, &mut inline)?;
         forward.finish();
         return Ok(());
     }
@@ -117,7 +118,15 @@ pub(super) fn decode_segments(
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
             Ok(order_tx.send((done_rx, more_skip)).is_ok() && job_tx.send((raw, done_tx)).is_ok())
         };
-        let read = read_segments(opts, storage, spool, backup, skip, &mut threaded);
+        let read = read_segments(
+            opts,
+            storage,
+            spool,
+            backup,
+            skip,
+            RECORD_BATCH,
+            &mut threaded,
+        );
         drop(job_tx);
         drop(order_tx);
         let forwarded = forwarder
@@ -127,15 +136,16 @@ pub(super) fn decode_segments(
     })
 }
 
-/// Fetches, verifies and decompresses the segments, handing chunks of raw records (with how
-/// many more in-window records to skip from there) to `hand_over`, which says false when the
-/// publisher side stopped.
+/// Fetches, verifies and decompresses the segments, handing chunks of at most `chunk_records`
+/// raw records (with how many more in-window records to skip from there) to `hand_over`, which
+/// says false when the publisher side stopped.
 fn read_segments(
     opts: &RestoreOptions,
     storage: &dyn Storage,
     spool: &Path,
     backup: &QueueBackup,
     mut skip: u64,
+    chunk_records: usize,
     hand_over: &mut dyn FnMut(Vec<Vec<u8>>, u64) -> Result<bool>,
 ) -> Result<()> {
     let windowless = opts.time_window_start.is_none() && opts.time_window_end.is_none();
@@ -171,7 +181,7 @@ fn read_segments(
                 let json = json?;
                 chunk_bytes += json.len();
                 chunk.push(json);
-                if chunk.len() >= RECORD_BATCH || chunk_bytes >= CHUNK_JSON_BYTES {
+                if chunk.len() >= chunk_records || chunk_bytes >= CHUNK_JSON_BYTES {
                     chunk_bytes = 0;
                     if !hand_over(std::mem::take(&mut chunk), std::mem::take(&mut skip))? {
                         return Ok(false);
