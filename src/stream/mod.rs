@@ -2,15 +2,18 @@
 //! the decoding of what streams hold.
 //!
 //! - `protocol.rs`: command keys, response codes, frame fields (PROTOCOL.adoc).
-//! - `client.rs`: [`StreamConnection`]: handshake, subscriptions with credit, metadata,
-//!   offsets, heartbeats; one reader thread per connection.
+//! - `client.rs`: [`StreamConnection`]: subscriptions with credit, publishers, metadata,
+//!   offsets; `handshake.rs` logs in (PLAIN, tune, open); `reader.rs` is the connection's
+//!   reader thread (dispatch, heartbeats, the broker's close).
 //! - `chunk.rs`: osiris chunks as `Deliver` carries them (CRC32 checked, sub-entry batches).
 //! - `amqp10.rs`: AMQP 1.0 messages (the entries of a stream) into `BackupRecord`s.
 
 pub mod amqp10;
 pub mod chunk;
 pub mod client;
+mod handshake;
 pub mod protocol;
+mod reader;
 
 pub use client::{Publisher, StreamConnection, StreamOptions, Subscription};
 pub use protocol::OffsetSpec;

@@ -1,0 +1,265 @@
+//! The stream-protocol handshake (PROTOCOL.adoc "Authentication"): TCP, PeerProperties,
+//! SaslHandshake, SaslAuthenticate with PLAIN, Tune, Open, on the caller's thread, each step
+//! bounded by `rpc_timeout`; and the frame helpers the client shares with its reader thread.
+
+use super::protocol::{key, response_text, Cursor, FrameBuf, RESPONSE_OK};
+use super::reader::{Frame, MAX_FRAME};
+use crate::amqp::transport::Transport;
+use crate::error::{Error, Result};
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// How to reach and log in to the broker's stream port.
+#[derive(Clone)]
+pub struct StreamOptions {
+    pub host: String,
+    /// Stream port (SPEC.md `source.stream_port`, default 5552).
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub vhost: String,
+    pub connect_timeout: Duration,
+    pub rpc_timeout: Duration,
+    /// Heartbeat asked for, seconds (the broker's proposal wins when it is lower; 0 = none).
+    pub heartbeat_secs: u32,
+    /// Shown in the management UI.
+    pub connection_name: String,
+}
+
+impl std::fmt::Debug for StreamOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamOptions")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("vhost", &self.vhost)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamOptions {
+    /// Options from an AMQP URL's host, credentials and vhost, with the stream `port`.
+    pub fn from_amqp_url(url: &crate::amqp::AmqpUrl, port: u16) -> StreamOptions {
+        StreamOptions {
+            host: url.host.clone(),
+            port,
+            user: url.user.clone(),
+            password: url.password.clone(),
+            vhost: url.vhost.clone(),
+            connect_timeout: Duration::from_millis(url.connection_timeout_ms.unwrap_or(30_000)),
+            rpc_timeout: Duration::from_secs(30),
+            heartbeat_secs: 60,
+            connection_name: "rmq-backup".into(),
+        }
+    }
+}
+
+pub(super) fn read_frame(io: &mut Transport, buf: &mut Vec<u8>, endpoint: &str) -> Result<Frame> {
+    let mut size = [0u8; 4];
+    io.read_exact(&mut size).map_err(|e| io_lost(endpoint, e))?;
+    let size = u32::from_be_bytes(size) as usize;
+    if !(4..=MAX_FRAME).contains(&size) {
+        return Err(Error::Stream(format!(
+            "{endpoint} sent a frame of {size} bytes (at least 4 and at most {MAX_FRAME} expected)"
+        )));
+    }
+    buf.clear();
+    // Grows as bytes arrive: a garbage size cannot allocate more than what was sent.
+    let got = Read::by_ref(io)
+        .take(size as u64)
+        .read_to_end(buf)
+        .map_err(|e| io_lost(endpoint, e))?;
+    if got != size {
+        return Err(Error::Connection(format!(
+            "stream connection to {endpoint} closed in the middle of a frame"
+        )));
+    }
+    Ok(std::mem::take(buf))
+}
+
+pub(super) fn io_lost(endpoint: &str, e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => Error::Connection(format!(
+            "stream connection to {endpoint} closed by the broker"
+        )),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Connection(
+            format!("stream connection to {endpoint}: no answer within the timeout"),
+        ),
+        _ => Error::Connection(format!("stream connection to {endpoint} lost: {e}")),
+    }
+}
+
+/// Key, version, and a cursor over the rest of a frame.
+pub(super) fn open_frame(f: &[u8]) -> Result<(u16, Cursor<'_>)> {
+    let mut c = Cursor::new(f);
+    let k = c.u16()?;
+    let _version = c.u16()?;
+    Ok((k, c))
+}
+
+/// Reads frames during the handshake until the response `want` with correlation `corr`.
+fn handshake_response(io: &mut Transport, want: u16, corr: u32, endpoint: &str) -> Result<Frame> {
+    let mut buf = Vec::new();
+    loop {
+        let f = read_frame(io, &mut buf, endpoint)?;
+        let (k, mut c) = open_frame(&f)?;
+        if k == want | key::RESPONSE && c.u32()? == corr {
+            return Ok(f);
+        }
+        if k == key::CLOSE {
+            let _corr = c.u32()?;
+            let code = c.u16()?;
+            return Err(Error::Connection(format!(
+                "{endpoint} closed the stream connection during the handshake: {} ({})",
+                c.string()?,
+                response_text(code)
+            )));
+        }
+        // Anything else (a heartbeat) is ignored during the handshake.
+    }
+}
+
+/// The response code of a response frame (after its correlation id).
+pub(super) fn response_code(c: &mut Cursor) -> Result<u16> {
+    c.u16()
+}
+
+pub(super) fn expect_ok(code: u16, what: &str, endpoint: &str) -> Result<()> {
+    if code == RESPONSE_OK {
+        Ok(())
+    } else {
+        Err(stream_refused(what, code, endpoint))
+    }
+}
+
+pub(super) fn stream_refused(what: &str, code: u16, endpoint: &str) -> Error {
+    Error::Stream(format!(
+        "{what} refused by {endpoint}: {} (code {code:#04x})",
+        response_text(code)
+    ))
+}
+
+/// Connects to `o.host:o.port` and logs in; returns the socket, `host:port`, and the
+/// heartbeat interval agreed (seconds, 0 = none).
+///
+/// Errors: `Connection error: ...` when the port cannot be reached or the connection drops;
+/// `Authentication error: ...` for refused credentials (the password is never printed);
+/// `Stream protocol error: ...` for a refused vhost or a broker without PLAIN.
+pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
+    let endpoint = format!("{}:{}", o.host, o.port);
+    let mut io = Transport::connect_tcp(&o.host, o.port, o.connect_timeout)
+        .map_err(|e| Error::Connection(format!("cannot reach the stream port {endpoint}: {e}")))?;
+    io.set_read_timeout(Some(o.rpc_timeout))
+        .and_then(|()| io.set_write_timeout(Some(o.rpc_timeout)))
+        .map_err(|e| Error::Connection(format!("stream connection to {endpoint}: {e}")))?;
+    let send = |io: &mut Transport, f: Vec<u8>| io.write_all(&f).map_err(|e| io_lost(&endpoint, e));
+
+    let version = env!("CARGO_PKG_VERSION");
+    send(
+        &mut io,
+        FrameBuf::new(key::PEER_PROPERTIES)
+            .u32(1)
+            .string_map(&[
+                ("product", "rmq-backup"),
+                ("version", version),
+                ("connection_name", &o.connection_name),
+            ])?
+            .finish(),
+    )?;
+    let f = handshake_response(&mut io, key::PEER_PROPERTIES, 1, &endpoint)?;
+    let (_, mut c) = open_frame(&f)?;
+    let _ = c.u32()?;
+    expect_ok(response_code(&mut c)?, "peer properties", &endpoint)?;
+
+    send(&mut io, FrameBuf::new(key::SASL_HANDSHAKE).u32(2).finish())?;
+    let f = handshake_response(&mut io, key::SASL_HANDSHAKE, 2, &endpoint)?;
+    let (_, mut c) = open_frame(&f)?;
+    let _ = c.u32()?;
+    expect_ok(response_code(&mut c)?, "SASL handshake", &endpoint)?;
+    let n = c.count(2)?;
+    let mechanisms: Vec<String> = (0..n).map(|_| c.string()).collect::<Result<_>>()?;
+    if !mechanisms.iter().any(|m| m == "PLAIN") {
+        return Err(Error::Stream(format!(
+            "{endpoint} does not offer SASL PLAIN (it offers {})",
+            mechanisms.join(", ")
+        )));
+    }
+
+    let mut plain = Vec::with_capacity(o.user.len() + o.password.len() + 2);
+    plain.push(0);
+    plain.extend_from_slice(o.user.as_bytes());
+    plain.push(0);
+    plain.extend_from_slice(o.password.as_bytes());
+    send(
+        &mut io,
+        FrameBuf::new(key::SASL_AUTHENTICATE)
+            .u32(3)
+            .string("PLAIN")?
+            .bytes(&plain)?
+            .finish(),
+    )?;
+    let f = handshake_response(&mut io, key::SASL_AUTHENTICATE, 3, &endpoint)?;
+    let (_, mut c) = open_frame(&f)?;
+    let _ = c.u32()?;
+    match response_code(&mut c)? {
+        RESPONSE_OK => {}
+        0x08 | 0x0b => {
+            return Err(Error::Authentication(format!(
+                "{endpoint} refused the login of user {} on the stream port",
+                o.user
+            )))
+        }
+        code => return Err(stream_refused("SASL authentication", code, &endpoint)),
+    }
+
+    // The broker proposes frame max and heartbeat; we answer with ours.
+    let mut buf = Vec::new();
+    let (frame_max, heartbeat) = loop {
+        let f = read_frame(&mut io, &mut buf, &endpoint)?;
+        let (k, mut c) = open_frame(&f)?;
+        if k == key::TUNE {
+            break (c.u32()?, c.u32()?);
+        }
+    };
+    let heartbeat = match (heartbeat, o.heartbeat_secs) {
+        (0, h) | (h, 0) => h,
+        (a, b) => a.min(b),
+    };
+    send(
+        &mut io,
+        FrameBuf::new(key::TUNE | key::RESPONSE)
+            .u32(frame_max)
+            .u32(heartbeat)
+            .finish(),
+    )?;
+
+    send(
+        &mut io,
+        FrameBuf::new(key::OPEN).u32(4).string(&o.vhost)?.finish(),
+    )?;
+    let f = handshake_response(&mut io, key::OPEN, 4, &endpoint)?;
+    let (_, mut c) = open_frame(&f)?;
+    let _ = c.u32()?;
+    match response_code(&mut c)? {
+        RESPONSE_OK => {}
+        0x0c => {
+            return Err(Error::Authentication(format!(
+                "user {} may not open vhost {} on the stream port {endpoint}",
+                o.user, o.vhost
+            )))
+        }
+        code => {
+            return Err(stream_refused(
+                &format!("open vhost {}", o.vhost),
+                code,
+                &endpoint,
+            ))
+        }
+    }
+    log::debug!(
+            "stream connection to {endpoint} open (vhost {}, frame max {frame_max}, heartbeat {heartbeat} s)",
+            o.vhost
+        );
+
+    Ok((io, endpoint, heartbeat))
+}
