@@ -86,6 +86,13 @@ fn health_is_503_with_the_reason_after_a_real_connection_loss() {
         if let Some(n) = connections(&prefix).into_iter().next() {
             break n;
         }
+        if run.is_finished() {
+            let r = run.join().expect("backup thread");
+            panic!(
+                "the backup ended before its connection was seen: {:?}",
+                r.map(|_| ())
+            );
+        }
         assert!(Instant::now() < deadline, "no connection named {prefix}");
         std::thread::sleep(Duration::from_millis(50));
     };
