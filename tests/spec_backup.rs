@@ -126,8 +126,8 @@ fn segments_rotate_on_segment_max_interval_ms() {
     publish_bulk(&ch, "q", N, 64);
     let dir = TempDir::new("spec-interval");
     let store = dir.path().join("store");
-    // basic.get: one round trip per message, so the read lasts far longer than 100 ms; the
-    // size limit is far away.
+    // basic.get: one round trip per message, so the read lasts far longer than 30 ms (a batch
+    // of 512 records alone takes longer, even at 10,000 msg/s); the size limit is far away.
     let cfg = write_config(
         dir.path(),
         "b.yaml",
@@ -135,7 +135,7 @@ fn segments_rotate_on_segment_max_interval_ms() {
             "i",
             &vh.name,
             &store,
-            "  requeue_strategy: get\n  segment_max_interval_ms: 100\n",
+            "  requeue_strategy: get\n  segment_max_interval_ms: 30\n",
         ),
     );
     assert_eq!(
@@ -146,7 +146,7 @@ fn segments_rotate_on_segment_max_interval_ms() {
     let segments = &m.queues[0].segments;
     // The read lasts about a second: several segments, none of them near the size limit
     // (128 MiB), so each was closed by its age. (Records reach the segment in batches, so a
-    // segment's records may span a little more than 100 ms.)
+    // segment's records may span a little more than 30 ms.)
     assert!(segments.len() >= 3, "{} segment(s)", segments.len());
     assert!(segments.iter().all(|s| s.uncompressed_bytes < 1 << 20));
     assert_eq!(

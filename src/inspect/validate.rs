@@ -1,0 +1,316 @@
+//! `validate [--deep]` (SPEC.md "Command-line interface"): the manifest agrees with itself,
+//! every object it lists exists with its size, and with `--deep` every segment checks out
+//! (CRC32, SHA-256, records), one thread per core.
+
+use super::{read_manifest, render, status, to_json, Format};
+use crate::error::{Error, Result};
+use crate::manifest;
+use crate::record::decode_record;
+use crate::segment::{sha256_file, SegmentReader};
+use crate::spool::SpoolDir;
+use crate::storage::Storage;
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// One damaged or missing object found by `validate`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Problem {
+    /// Storage key of the object (or the manifest's key for manifest inconsistencies).
+    pub key: String,
+    /// The error, with its SPEC.md category prefix.
+    pub error: String,
+}
+
+/// What `validate` checked and found.
+#[derive(Debug, Clone, Serialize)]
+pub struct ValidationReport {
+    pub backup_id: String,
+    pub deep: bool,
+    pub completed: bool,
+    /// `completed`, `running` or `interrupted` ([`status`]).
+    pub status: &'static str,
+    pub segments_checked: u64,
+    pub records_checked: u64,
+    pub problems: Vec<Problem>,
+}
+
+impl ValidationReport {
+    /// True when nothing is damaged or missing.
+    pub fn is_valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The report as a table or JSON.
+    pub fn render(&self, format: Format) -> Result<String> {
+        if format == Format::Json {
+            return to_json(self);
+        }
+        let mut out = String::new();
+        let depth = if self.deep { "deep" } else { "shallow" };
+        if self.is_valid() {
+            let _ = writeln!(
+                out,
+                "Backup {} is valid ({depth} check): {} segments{}",
+                self.backup_id,
+                self.segments_checked,
+                if self.deep {
+                    format!(", {} records verified", self.records_checked)
+                } else {
+                    String::new()
+                }
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "Backup {} is DAMAGED ({depth} check): {} problem(s) in {} segments",
+                self.backup_id,
+                self.problems.len(),
+                self.segments_checked
+            );
+            let rows: Vec<Vec<String>> = self
+                .problems
+                .iter()
+                .map(|p| vec![p.key.clone(), p.error.clone()])
+                .collect();
+            out.push_str(&render(&["KEY", "PROBLEM"], &rows));
+        }
+        if !self.completed {
+            let _ = writeln!(
+                out,
+                "Note: the backup is {} (completed_at is null).",
+                self.status
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// `validate`: the manifest parses and agrees with itself; every segment and the definitions
+/// file exist with their recorded sizes. With `deep`, each segment is also fetched and checked
+/// in SPEC.md's order: CRC32 of header + payload, then SHA-256 of the whole file against the
+/// manifest, then every record decoded and counted.
+///
+/// Errors: only when the manifest cannot be read (`Storage error: Key not found: ...`,
+/// `Manifest error: ...`); damage is reported in `problems`.
+pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<ValidationReport> {
+    let m = read_manifest(storage, backup_id)?;
+    let mut report = ValidationReport {
+        backup_id: backup_id.to_string(),
+        deep,
+        completed: m.completed_at.is_some(),
+        status: status(storage, &m)?,
+        segments_checked: 0,
+        records_checked: 0,
+        problems: Vec::new(),
+    };
+    let manifest_key = manifest::manifest_key(backup_id);
+    let problem = |key: &str, e: Error| {
+        report_problem(key, &e);
+        Problem {
+            key: key.to_string(),
+            error: e.to_string(),
+        }
+    };
+    let mut problems = Vec::new();
+    let sum_messages: u64 = m.queues.iter().map(|q| q.message_count).sum();
+    let sum_segments: u64 = m.queues.iter().map(|q| q.segments.len() as u64).sum();
+    let sum_bytes: u64 = m
+        .queues
+        .iter()
+        .flat_map(|q| &q.segments)
+        .map(|s| s.size_bytes)
+        .sum();
+    if (sum_messages, sum_segments, sum_bytes)
+        != (m.total_messages, m.total_segments, m.total_bytes)
+    {
+        problems.push(problem(
+            &manifest_key,
+            Error::Manifest(format!(
+                "totals disagree with the queues: {} messages, {} segments, {} bytes listed; {sum_messages}, {sum_segments}, {sum_bytes} found",
+                m.total_messages, m.total_segments, m.total_bytes
+            )),
+        ));
+    }
+    if let Some(d) = &m.definitions {
+        match check_definitions(storage, d, deep) {
+            Err(e) if !is_damage(&e) => return Err(e),
+            Err(e) => problems.push(problem(&d.key, e)),
+            Ok(()) => {}
+        }
+    }
+    let spool = if deep {
+        Some(SpoolDir::create(&format!("{backup_id}-validate"))?)
+    } else {
+        None
+    };
+    for q in &m.queues {
+        let listed: u64 = q.segments.iter().map(|s| s.record_count).sum();
+        if listed != q.message_count {
+            problems.push(problem(
+                &manifest_key,
+                Error::Manifest(format!(
+                    "queue {} in vhost {} lists {} messages but its segments hold {listed}",
+                    q.name, q.vhost, q.message_count
+                )),
+            ));
+        }
+    }
+    let segments: Vec<&manifest::SegmentMetadata> =
+        m.queues.iter().flat_map(|q| &q.segments).collect();
+    let mut checked = check_segments(storage, &segments, spool.as_ref().map(|d| d.path()));
+    // Storage that cannot be read is no proof of damage: the run fails (exit 1).
+    if let Some(i) = checked
+        .iter()
+        .position(|r| matches!(r, Some(Err(e)) if !is_damage(e)))
+    {
+        if let Some(Err(e)) = checked.swap_remove(i) {
+            return Err(e);
+        }
+    }
+    for (s, checked) in segments.iter().zip(checked) {
+        report.segments_checked += 1;
+        match checked {
+            Some(Ok(records)) => report.records_checked += records,
+            Some(Err(e)) => problems.push(problem(&s.key, e)),
+            None => problems.push(problem(
+                &s.key,
+                Error::Io("a validation thread stopped before checking it".into()),
+            )),
+        }
+    }
+    report.problems = problems;
+    Ok(report)
+}
+
+/// True for errors that show a damaged or missing object; false for failures to reach the
+/// storage (network, permissions), which say nothing about the backup.
+pub(super) fn is_damage(e: &Error) -> bool {
+    match e {
+        Error::Storage(m) => m.starts_with("Key not found") || m.starts_with("size is"),
+        Error::Serialization(_) | Error::Compression(_) | Error::Manifest(_) => true,
+        _ => false,
+    }
+}
+
+pub(super) fn report_problem(key: &str, e: &Error) {
+    log::warn!("{key}: {e}");
+}
+
+fn check_segment_exists(storage: &dyn Storage, s: &manifest::SegmentMetadata) -> Result<()> {
+    match storage.head(&s.key)? {
+        None => Err(Error::Storage(format!("Key not found: {}", s.key))),
+        Some(size) if size != s.size_bytes => Err(Error::Storage(format!(
+            "size is {size} bytes but the manifest says {}",
+            s.size_bytes
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Checks `segments` (deep when a spool directory is given) on one thread per core
+/// (`std::thread::available_parallelism`), fetching, decompressing and decoding them side by
+/// side; the results are in the order of `segments`. After a failure to reach the storage the
+/// remaining segments are not fetched (`None`: the run fails with that error).
+fn check_segments(
+    storage: &dyn Storage,
+    segments: &[&manifest::SegmentMetadata],
+    spool: Option<&std::path::Path>,
+) -> Vec<Option<Result<u64>>> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(segments.len().max(1));
+    let next = AtomicUsize::new(0);
+    let unreachable = AtomicBool::new(false);
+    let results: Vec<std::sync::Mutex<Option<Result<u64>>>> = segments
+        .iter()
+        .map(|_| std::sync::Mutex::new(None))
+        .collect();
+    std::thread::scope(|scope| {
+        for worker in 0..threads {
+            let (next, unreachable, results) = (&next, &unreachable, &results);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(s) = segments.get(i) else { break };
+                if unreachable.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let r = match spool {
+                    Some(dir) => {
+                        check_segment_deep(storage, s, &dir.join(format!("validate-{worker}.rbak")))
+                    }
+                    None => check_segment_exists(storage, s).map(|()| 0),
+                };
+                if matches!(&r, Err(e) if !is_damage(e)) {
+                    unreachable.store(true, Ordering::Relaxed);
+                }
+                if let Ok(mut slot) = results[i].lock() {
+                    *slot = Some(r);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|slot| slot.into_inner().ok().flatten())
+        .collect()
+}
+
+/// Fetches one segment and checks CRC32, SHA-256, record count and every record; returns the
+/// number of records.
+fn check_segment_deep(
+    storage: &dyn Storage,
+    s: &manifest::SegmentMetadata,
+    path: &std::path::Path,
+) -> Result<u64> {
+    let result = (|| {
+        storage.get_to_file(&s.key, path)?;
+        let reader = SegmentReader::open(path)?;
+        let sha = sha256_file(path)?;
+        if sha != s.checksum {
+            return Err(Error::Serialization(format!(
+                "SHA-256 mismatch: expected {}, got {sha}",
+                s.checksum
+            )));
+        }
+        let mut n = 0u64;
+        for json in reader.records() {
+            decode_record(&json?)?;
+            n += 1;
+        }
+        if n != s.record_count {
+            return Err(Error::Serialization(format!(
+                "Expected {} records but found {n} (the manifest's count)",
+                s.record_count
+            )));
+        }
+        Ok(n)
+    })();
+    let _ = std::fs::remove_file(path);
+    result
+}
+
+fn check_definitions(
+    storage: &dyn Storage,
+    d: &manifest::DefinitionsBackup,
+    deep: bool,
+) -> Result<()> {
+    if !deep {
+        return match storage.head(&d.key)? {
+            None => Err(Error::Storage(format!("Key not found: {}", d.key))),
+            Some(_) => Ok(()),
+        };
+    }
+    let compression = crate::segment::Compression::from_key(&d.key);
+    let raw = crate::definitions::decompress(&storage.get_bytes(&d.key)?, compression)?;
+    serde_json::from_slice::<serde_json::Value>(&raw)
+        .map_err(|e| Error::Serialization(format!("definitions file is not JSON: {e}")))?;
+    if raw.len() as u64 != d.size_bytes {
+        return Err(Error::Manifest(format!(
+            "definitions are {} bytes but the manifest says {}",
+            raw.len(),
+            d.size_bytes
+        )));
+    }
+    Ok(())
+}
