@@ -21,19 +21,7 @@ use std::time::Instant;
 fn records(n: usize, size: usize, text: bool) -> Vec<BackupRecord> {
     let mut state = BODY_SEED;
     (0..n)
-        .map(|i| {
-            let mut body = Vec::with_capacity(size);
-            make_body(i, size, text, &mut state, &mut body);
-            let d = rmq_backup::amqp::Delivery {
-                delivery_tag: i as u64 + 1,
-                redelivered: false,
-                exchange: String::new(),
-                routing_key: "bench".into(),
-                properties: properties(i),
-                body,
-            };
-            BackupRecord::from_delivery(d, "bench", "rmqb-bench-src", 1_700_000_000_000 + i as i64)
-        })
+        .map(|i| bench_record(i, size, text, &mut state))
         .collect()
 }
 

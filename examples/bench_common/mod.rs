@@ -159,31 +159,41 @@ pub fn queue_names() -> Vec<String> {
     }
 }
 
-/// Records like the ones a backup of the benchmark's queue writes (the same bodies, properties
-/// and headers), at most `max_json_bytes` of their JSON: a sample for the compression ceiling.
+/// Message `i` as a backup of the benchmark's queue records it (the same body, properties
+/// and headers as [`publish`] sends); `state` carries the random bodies on.
+pub fn bench_record(
+    i: usize,
+    size: usize,
+    text: bool,
+    state: &mut u64,
+) -> rmq_backup::record::BackupRecord {
+    let mut body = Vec::with_capacity(size);
+    make_body(i, size, text, state, &mut body);
+    let d = rmq_backup::amqp::Delivery {
+        delivery_tag: i as u64 + 1,
+        redelivered: false,
+        exchange: String::new(),
+        routing_key: "bench".into(),
+        properties: properties(i),
+        body,
+    };
+    rmq_backup::record::BackupRecord::from_delivery(
+        d,
+        "bench",
+        "rmqb-bench-src",
+        1_700_000_000_000 + i as i64,
+    )
+}
+
+/// The JSON of the first [`bench_record`]s, at most `max_json_bytes` of it: a sample for the
+/// compression ceiling.
 pub fn sample_records(n: usize, size: usize, text: bool, max_json_bytes: usize) -> Vec<Vec<u8>> {
     let mut state = BODY_SEED;
     let mut out = Vec::new();
     let mut total = 0;
     for i in 0..n {
-        let mut body = Vec::with_capacity(size);
-        make_body(i, size, text, &mut state, &mut body);
-        let d = rmq_backup::amqp::Delivery {
-            delivery_tag: i as u64 + 1,
-            redelivered: false,
-            exchange: String::new(),
-            routing_key: "bench".into(),
-            properties: properties(i),
-            body,
-        };
-        let rec = rmq_backup::record::BackupRecord::from_delivery(
-            d,
-            "bench",
-            "rmqb-bench-src",
-            1_700_000_000_000 + i as i64,
-        );
         let mut json = Vec::new();
-        rmq_backup::record::encode_record(&rec, &mut json);
+        rmq_backup::record::encode_record(&bench_record(i, size, text, &mut state), &mut json);
         total += json.len() + 4;
         out.push(json);
         if total >= max_json_bytes {

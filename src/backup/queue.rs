@@ -2,7 +2,7 @@
 //! records handed to the queue's segment builder (`super::segments`).
 
 use super::resume;
-use super::segments::{build_segments, Upload};
+use super::segments::{build_segments, Batches, Upload};
 use super::QueueContext;
 use crate::amqp::{ConnectOptions, Connection};
 use crate::broker::QueueType;
@@ -20,10 +20,6 @@ use crossbeam_channel::{bounded, Sender};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-/// Records per batch handed from a queue thread to its segment builder.
-const BATCH_RECORDS: usize = 512;
-/// Body bytes per batch handed from a queue thread to its segment builder.
-const BATCH_BYTES: usize = 1 << 20;
 /// Batches in flight between a queue thread and its segment builder.
 const BATCH_CHANNEL: usize = 4;
 /// Deliveries buffered between a queue's AMQP connection and its queue thread.
@@ -85,21 +81,9 @@ pub(super) fn backup_queue(
         let builder = spawn_named(s, "segment-builder", || {
             build_segments(ctx, q, &m, batch_rx, uploads, after)
         });
-        let mut batch: Vec<BackupRecord> = Vec::with_capacity(BATCH_RECORDS);
-        let mut batch_bytes = 0usize;
+        let mut batches = Batches::new(&batch_tx, &m);
         let mut sink = |d: crate::amqp::Delivery| -> Result<()> {
-            m.messages_read.inc();
-            m.bytes_read.add(d.body.len() as u64);
-            batch_bytes += d.body.len();
-            batch.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()));
-            if batch.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
-                batch_bytes = 0;
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_RECORDS));
-                batch_tx
-                    .send(full)
-                    .map_err(|_| Error::Io("segment builder stopped".into()))?;
-            }
-            Ok(())
+            batches.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()))
         };
         let should_stop = || {
             if let Some(why) = ctx.lock.lost() {
@@ -120,9 +104,10 @@ pub(super) fn backup_queue(
             })
         };
         let read = reader::read_queue(&conn, &q.name, kind, strategy, &mut sink, &should_stop);
-        if read.is_ok() && !batch.is_empty() {
-            let _ = batch_tx.send(std::mem::take(&mut batch));
+        if read.is_ok() {
+            let _ = batches.flush();
         }
+        drop(batches);
         drop(batch_tx);
         let built = builder
             .join()

@@ -15,6 +15,58 @@ use crate::storage::Storage;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::time::{Duration, Instant};
 
+/// Records per batch handed from a reader to its segment builder.
+const BATCH_RECORDS: usize = 512;
+/// Body bytes per batch handed from a reader to its segment builder.
+const BATCH_BYTES: usize = 1 << 20;
+
+/// What a queue's or stream's reader hands its segment builder: records in batches of
+/// [`BATCH_RECORDS`] or [`BATCH_BYTES`] of body, each record counted in the queue's
+/// `messages_read` and `bytes_read` as it comes.
+pub(super) struct Batches<'a> {
+    tx: &'a Sender<Vec<BackupRecord>>,
+    m: &'a BackupQueueMetrics,
+    batch: Vec<BackupRecord>,
+    bytes: usize,
+}
+
+impl<'a> Batches<'a> {
+    pub(super) fn new(tx: &'a Sender<Vec<BackupRecord>>, m: &'a BackupQueueMetrics) -> Self {
+        Batches {
+            tx,
+            m,
+            batch: Vec::with_capacity(BATCH_RECORDS),
+            bytes: 0,
+        }
+    }
+
+    /// Counts `record` and adds it; a full batch goes to the builder.
+    ///
+    /// Errors: `Error::Io` when the segment builder stopped (its own error says why).
+    pub(super) fn push(&mut self, record: BackupRecord) -> Result<()> {
+        self.m.messages_read.inc();
+        self.m.bytes_read.add(record.body.len() as u64);
+        self.bytes += record.body.len();
+        self.batch.push(record);
+        if self.batch.len() >= BATCH_RECORDS || self.bytes >= BATCH_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Hands over what is gathered, if anything.
+    pub(super) fn flush(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.bytes = 0;
+        let full = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_RECORDS));
+        self.tx
+            .send(full)
+            .map_err(|_| Error::Io("segment builder stopped".into()))
+    }
+}
+
 /// A full segment on its way to storage: the uploader finishes and stores it.
 pub(super) struct Upload {
     key: String,

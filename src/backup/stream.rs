@@ -10,7 +10,7 @@
 //! (`resume::resume_stream`).
 
 use super::resume;
-use super::segments::{build_segments, Upload};
+use super::segments::{build_segments, Batches, Upload};
 use super::QueueContext;
 use crate::broker::QueueType;
 use crate::error::{Error, Result};
@@ -29,10 +29,6 @@ use std::time::{Duration, Instant};
 
 /// Chunks granted to the broker at a time (each chunk holds up to a few thousand messages).
 const CREDIT: u16 = 4;
-/// Records per batch handed to the segment builder.
-const BATCH_RECORDS: usize = 512;
-/// Body bytes per batch handed to the segment builder.
-const BATCH_BYTES: usize = 1 << 20;
 /// The longest wait for the next chunk of a stream known to hold more.
 const CHUNK_WAIT: Duration = Duration::from_secs(30);
 /// How long an empty-looking stream is given to show its last chunk.
@@ -178,18 +174,29 @@ pub(super) fn backup_stream(
         last.map_or("none".to_string(), |e| e.to_string()),
         started.elapsed().as_secs_f64()
     );
+    completed(ctx, q, last, segments).map(Some)
+}
+
+/// A stream's backup done: its last offset (when it had messages) and its completion in the
+/// checkpoint database, and its manifest entry.
+pub(super) fn completed(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+    last: Option<u64>,
+    segments: Vec<crate::manifest::SegmentMetadata>,
+) -> Result<QueueBackup> {
     if let Some(cp) = ctx.checkpoints {
         if let Some(e) = last {
             cp.set_stream_offset(ctx.backup_id, &q.vhost, &q.name, e)?;
         }
         cp.complete_backup_queue(ctx.backup_id, &q.vhost, &q.name)?;
     }
-    Ok(Some(QueueBackup::from_segments(
+    Ok(QueueBackup::from_segments(
         &q.vhost,
         &q.name,
         QueueType::Stream,
         segments,
-    )))
+    ))
 }
 
 /// Reads from offset `from` (or the first still present) up to `end`, or, without an end,
@@ -212,13 +219,7 @@ fn read_stream(
     let sub = conn.subscribe(1, &q.name, spec, CREDIT)?;
     let mut next = from;
     let (mut read, mut last) = (0u64, None);
-    let mut batch = Vec::with_capacity(BATCH_RECORDS);
-    let mut batch_bytes = 0usize;
-    let send = |batch: Vec<BackupRecord>| {
-        batches
-            .send(batch)
-            .map_err(|_| Error::Io("segment builder stopped".into()))
-    };
+    let mut batches = Batches::new(batches, m);
     while end.is_none_or(|e| next <= e) {
         if let Some(why) = ctx.lock.lost() {
             return Err(Error::Io(why));
@@ -248,13 +249,7 @@ fn read_stream(
                     CHUNK_WAIT.as_secs()
                 )));
             }
-            if !batch.is_empty() {
-                batch_bytes = 0;
-                send(std::mem::replace(
-                    &mut batch,
-                    Vec::with_capacity(BATCH_RECORDS),
-                ))?;
-            }
+            batches.flush()?;
             continue;
         };
         conn.credit(sub.id, 1)?;
@@ -291,25 +286,13 @@ fn read_stream(
                     backed_up_at: now_ms(),
                 },
             )?;
-            m.messages_read.inc();
-            m.bytes_read.add(rec.body.len() as u64);
-            batch_bytes += rec.body.len();
-            batch.push(rec);
+            batches.push(rec)?;
             read += 1;
             last = Some(offset);
-            if batch.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
-                batch_bytes = 0;
-                send(std::mem::replace(
-                    &mut batch,
-                    Vec::with_capacity(BATCH_RECORDS),
-                ))?;
-            }
         }
         next = next.max(first + c.header.num_records as u64);
     }
-    if !batch.is_empty() {
-        send(batch)?;
-    }
+    batches.flush()?;
     conn.unsubscribe(sub.id)?;
     Ok((read, last))
 }

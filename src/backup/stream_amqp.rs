@@ -11,7 +11,7 @@
 //! README "Streams".
 
 use super::resume;
-use super::segments::{build_segments, Upload};
+use super::segments::{build_segments, Batches, Upload};
 use super::QueueContext;
 use crate::amqp::{Channel, ConnectOptions, Connection, Delivery, FieldValue};
 use crate::broker::QueueType;
@@ -32,9 +32,6 @@ const PREFETCH: u16 = 1000;
 const END_WINDOW: Duration = Duration::from_secs(1);
 /// The longest wait for the next delivery of a stream known to hold more.
 const DELIVERY_WAIT: Duration = Duration::from_secs(30);
-/// Records per batch handed to the segment builder, and their body bytes.
-const BATCH_RECORDS: usize = 512;
-const BATCH_BYTES: usize = 1 << 20;
 
 /// The offset the broker put in a stream delivery's `x-stream-offset` header.
 fn offset_of(d: &Delivery) -> Option<u64> {
@@ -166,18 +163,7 @@ pub(super) fn backup_stream_amqp(
         segments.len(),
         started.elapsed().as_secs_f64()
     );
-    if let Some(cp) = ctx.checkpoints {
-        if let Some(e) = end {
-            cp.set_stream_offset(ctx.backup_id, &q.vhost, &q.name, e)?;
-        }
-        cp.complete_backup_queue(ctx.backup_id, &q.vhost, &q.name)?;
-    }
-    Ok(Some(QueueBackup::from_segments(
-        &q.vhost,
-        &q.name,
-        QueueType::Stream,
-        segments,
-    )))
+    super::stream::completed(ctx, q, end, segments).map(Some)
 }
 
 /// Reads offsets from the first to `end` into batches of records; returns how many.
@@ -192,8 +178,7 @@ fn read_to(
     let ch = conn.open_channel()?;
     let consumer = consume_from(&ch, &q.name, "first")?;
     let (mut next, mut read) = (0u64, 0u64);
-    let mut batch = Vec::with_capacity(BATCH_RECORDS);
-    let mut batch_bytes = 0usize;
+    let mut batches = Batches::new(batches, m);
     while next <= end {
         if let Some(why) = ctx
             .lock
@@ -228,24 +213,10 @@ fn read_to(
         strip_offset(&mut d);
         d.delivery_tag = offset + 1;
         d.redelivered = false;
-        m.messages_read.inc();
-        m.bytes_read.add(d.body.len() as u64);
-        batch_bytes += d.body.len();
-        batch.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()));
+        batches.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()))?;
         read += 1;
-        if batch.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
-            batch_bytes = 0;
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_RECORDS));
-            batches
-                .send(full)
-                .map_err(|_| Error::Io("segment builder stopped".into()))?;
-        }
     }
-    if !batch.is_empty() {
-        batches
-            .send(batch)
-            .map_err(|_| Error::Io("segment builder stopped".into()))?;
-    }
+    batches.flush()?;
     ch.close()?;
     Ok(read)
 }

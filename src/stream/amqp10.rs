@@ -126,6 +126,31 @@ fn value(i: &mut Input, depth: usize) -> Result<Value> {
     with_code(i, code, depth)
 }
 
+/// The size and count of a list, map or array (one byte each, or four when `wide`): its
+/// body as an input of its own, and the element count.
+fn compound<'a>(i: &mut Input<'a>, wide: bool) -> Result<(Input<'a>, usize)> {
+    let size = if wide {
+        i.u32()? as usize
+    } else {
+        i.u8()? as usize
+    };
+    let body = i.take(size)?;
+    let mut inner = Input { b: body, p: 0 };
+    let count = if wide {
+        inner.u32()? as usize
+    } else {
+        inner.u8()? as usize
+    };
+    // Each element takes at least one byte: a count beyond that is garbage.
+    if count > body.len() {
+        return Err(err(format!(
+            "{count} elements announced in {} bytes",
+            body.len()
+        )));
+    }
+    Ok((inner, count))
+}
+
 fn with_code(i: &mut Input, code: u8, depth: usize) -> Result<Value> {
     if depth >= MAX_DEPTH {
         return Err(err("values nested too deep"));
@@ -189,26 +214,7 @@ fn with_code(i: &mut Input, code: u8, depth: usize) -> Result<Value> {
         }
         0x45 => Value::List(Vec::new()),
         0xc0 | 0xd0 | 0xc1 | 0xd1 => {
-            let wide = code & 0x10 != 0;
-            let size = if wide {
-                i.u32()? as usize
-            } else {
-                i.u8()? as usize
-            };
-            let body = i.take(size)?;
-            let mut inner = Input { b: body, p: 0 };
-            let count = if wide {
-                inner.u32()? as usize
-            } else {
-                inner.u8()? as usize
-            };
-            // Each element takes at least one byte: a count beyond that is garbage.
-            if count > body.len() {
-                return Err(err(format!(
-                    "{count} elements announced in {} bytes",
-                    body.len()
-                )));
-            }
+            let (mut inner, count) = compound(i, code & 0x10 != 0)?;
             let mut items = Vec::with_capacity(count);
             for _ in 0..count {
                 items.push(value(&mut inner, depth + 1)?);
@@ -228,25 +234,7 @@ fn with_code(i: &mut Input, code: u8, depth: usize) -> Result<Value> {
             }
         }
         0xe0 | 0xf0 => {
-            let wide = code == 0xf0;
-            let size = if wide {
-                i.u32()? as usize
-            } else {
-                i.u8()? as usize
-            };
-            let body = i.take(size)?;
-            let mut inner = Input { b: body, p: 0 };
-            let count = if wide {
-                inner.u32()? as usize
-            } else {
-                inner.u8()? as usize
-            };
-            if count > body.len() {
-                return Err(err(format!(
-                    "{count} elements announced in {} bytes",
-                    body.len()
-                )));
-            }
+            let (mut inner, count) = compound(i, code == 0xf0)?;
             let mut element = inner.u8()?;
             let mut descriptor = None;
             if element == 0x00 {
