@@ -56,7 +56,11 @@ fn health_is_503_with_the_reason_after_a_real_connection_loss() {
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();
     declare(&ch, "slow", "classic", FieldTable::new());
-    publish_bulk(&ch, "slow", 30_000, 32);
+    // Deep enough that basic.get, even at the broker's fast speed (~15,000 msg/s), reads for
+    // longer than the management API takes to list the connection (its stats interval, 5 s):
+    // with 30,000 the backup sometimes ended first.
+    const DEPTH: u32 = 90_000;
+    publish_bulk(&ch, "slow", DEPTH as usize, 32);
     let dir = TempDir::new("health");
     let store = dir.path().join("store");
     let cfg = Config::from_yaml_str(&backup_yaml(
@@ -128,5 +132,5 @@ fn health_is_503_with_the_reason_after_a_real_connection_loss() {
         ),
     ));
     assert_eq!(health(&addr).0, 200);
-    wait_ready(&ch, "slow", 30_000);
+    wait_ready(&ch, "slow", DEPTH);
 }
