@@ -43,9 +43,10 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn a_backup_reads_running_while_it_runs_and_interrupted_once_killed() {
-    // basic.get in a debug build reads a few thousand messages a second: the run lasts well
-    // past the second run's watch of its heartbeat (up to 5 s).
-    const N: usize = 50_000;
+    // basic.get in a debug build reads a few thousand messages a second (CI saw ~5,000): the
+    // run must outlast the status checks and the second run's watch of its heartbeat (up to one
+    // heartbeat, 5 s, plus its start) by a wide margin, so the queue holds ~40 s of reading.
+    const N: usize = 200_000;
     let vh = TestVhost::new("status");
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();
@@ -120,6 +121,10 @@ fn a_backup_reads_running_while_it_runs_and_interrupted_once_killed() {
     wait_for("the killed run's messages back", || {
         ch.queue_declare_passive("slow").unwrap().message_count as usize == N
     });
+
+    // The rest is about the lock, not the reading: a short queue keeps the complete run short.
+    ch.queue_purge("slow").unwrap();
+    publish_bulk(&ch, "slow", 1_000, 64);
 
     // A lock from another host whose heartbeat looks fresh but stands still is watched for a
     // few heartbeats, then taken over: a rerun after a lost pod just works.
