@@ -61,7 +61,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let mgmt = ManagementClient::new(MGMT, "guest", "guest").expect("management");
+    let mgmt = ManagementClient::new(MGMT, "guest", "guest", None).expect("management");
     let (src, dst, raw) = ("rmqb-bench-src", "rmqb-bench-dst", "rmqb-bench-raw");
     for v in [src, dst, raw] {
         fresh_vhost(&mgmt, v);

@@ -82,7 +82,8 @@ fn message(i: u64) -> (BasicProperties, Vec<u8>) {
 }
 
 fn seed(base: &str, mgmt_url: &str, vhost: &str, n: u64) -> Result<(), String> {
-    let mgmt = ManagementClient::new(mgmt_url, "guest", "guest").map_err(|e| e.to_string())?;
+    let mgmt =
+        ManagementClient::new(mgmt_url, "guest", "guest", None).map_err(|e| e.to_string())?;
     let _ = mgmt.delete_vhost(vhost);
     mgmt.create_vhost(vhost).map_err(|e| e.to_string())?;
     mgmt.set_permissions(vhost, "guest")

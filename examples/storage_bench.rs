@@ -59,7 +59,7 @@ fn main() {
     rmq_backup::install_tls_provider();
     let a = Args::parse();
     let (bin, n, size, kind) = (a.bin.clone(), a.n, a.size, a.kind());
-    let mgmt = ManagementClient::new(MGMT, "guest", "guest").expect("management");
+    let mgmt = ManagementClient::new(MGMT, "guest", "guest", None).expect("management");
     let src = "rmqb-storage-bench";
     fresh_vhost(&mgmt, src);
     let work = std::env::temp_dir().join(format!("rmqb-storage-bench-{}", std::process::id()));

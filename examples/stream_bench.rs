@@ -46,7 +46,7 @@ fn main() {
         .max(1);
     let a = Args::parse();
     let (bin, n, size, text) = (a.bin.clone(), a.n, a.size, a.text);
-    let mgmt = ManagementClient::new(MGMT, "guest", "guest").expect("management");
+    let mgmt = ManagementClient::new(MGMT, "guest", "guest", None).expect("management");
     let vhost = "rmqb-bench-stream";
     fresh_vhost(&mgmt, vhost);
     let conn = connect(vhost);

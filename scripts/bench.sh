@@ -9,6 +9,8 @@
 #          stream backup over the stream protocol beside a raw stream-protocol read
 #        scripts/bench.sh storage [messages=100000] [body_bytes=1024]
 #          backup throughput to filesystem, S3, Azure Blob and GCS (the local emulators)
+#        scripts/bench.sh tls [messages=100000] [body_bytes=1024]
+#          backup and restore over TLS against the plain port of the same node (BIN=<binary>)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-rabbitmq.sh
@@ -70,6 +72,14 @@ if [[ "${1:-}" == stream ]]; then
   shift
   cargo build --release --quiet --bin rmq-backup --example stream_bench
   exec target/release/examples/stream_bench target/release/rmq-backup "${1:-100000}" "${2:-1024}" "${3:-text}"
+fi
+if [[ "${1:-}" == tls ]]; then
+  # TLS against plain on the same node (scripts/setup-rabbitmq-tls.sh); BIN=<binary> measures
+  # another build (e.g. the static one from scripts/build-static.sh).
+  shift
+  scripts/setup-rabbitmq-tls.sh
+  cargo build --release --quiet --bin rmq-backup --example tls_bench
+  exec target/release/examples/tls_bench "${BIN:-target/release/rmq-backup}" "${1:-100000}" "${2:-1024}"
 fi
 if [[ "${1:-}" == pipeline ]]; then
   cargo build --release --quiet --example pipeline_bench

@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-musl
+# One build at a time (tests and scripts may call this side by side).
+mkdir -p target
+exec 9>target/.build-static.lock
+flock 9
 if ! rustup target list --installed | grep -qx "$target"; then
   echo "build-static: adding the Rust target $target" >&2
   rustup target add "$target" >&2

@@ -19,7 +19,7 @@ use std::sync::Arc;
 #[argh(
     help_triggers("-h", "--help"),
     example = "{command_name} backup --config backup.yaml\n{command_name} validate --path file:///var/backups/rabbitmq --backup-id nightly --deep\n{command_name} restore --config restore.yaml",
-    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). See README.md for the configuration file. --version prints the version and the git commit of the build."
+    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). See README.md for the configuration file (TLS to the broker: amqps:// URLs and source.tls / target.tls). --version prints the version and the git commit of the build."
 )]
 struct Cli {
     /// more output: -v debug, -vv trace (AMQP frames, storage operations, segment details);

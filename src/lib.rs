@@ -39,6 +39,7 @@ pub mod signals;
 pub mod spool;
 pub mod storage;
 pub mod stream;
+pub mod tls;
 pub mod units;
 
 pub use error::{Error, Result};

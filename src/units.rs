@@ -1,6 +1,6 @@
 //! Numbers for people: byte sizes (`1.5 KiB`), counts with thousands separators (`1,234,567`)
 //! and durations (`3m05s`), as `list`, `describe`, the summaries and the progress display
-//! print them. Pure functions; nothing here reads a clock or a terminal.
+//! print them, and calendar dates of a day count (for `list` and HTTP `Date` headers). Pure functions; nothing here reads a clock or a terminal.
 
 use std::time::Duration;
 
@@ -43,6 +43,21 @@ pub fn duration(d: Duration) -> String {
     } else {
         format!("{}h{:02}m", s / 3600, s % 3600 / 60)
     }
+}
+
+/// (year, month 1-12, day 1-31) of a day count since 1970-01-01, proleptic Gregorian, UTC
+/// (Howard Hinnant's `civil_from_days`).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
 }
 
 #[cfg(test)]

@@ -8,14 +8,7 @@ mod common;
 use common::*;
 use rmq_backup::amqp::{FieldTable, FieldValue};
 use rmq_backup::config::Config;
-use rmq_backup::manifest::Manifest;
 use rmq_backup::metrics;
-use std::path::Path;
-
-fn manifest(store: &Path, id: &str) -> Manifest {
-    Manifest::from_json(&std::fs::read(store.join(id).join("manifest.json")).expect("manifest"))
-        .expect("parse")
-}
 
 /// The value of one series of `broker_backup_errors` in this process (0 when absent).
 fn errors(queue: &str, vhost: &str, error_type: &str) -> u64 {

@@ -6,12 +6,6 @@ mod common;
 
 use common::*;
 use rmq_backup::amqp::{FieldTable, FieldValue};
-use rmq_backup::manifest::Manifest;
-
-fn manifest(dir: &std::path::Path, id: &str) -> Manifest {
-    Manifest::from_json(&std::fs::read(dir.join(id).join("manifest.json")).expect("manifest"))
-        .expect("parse")
-}
 
 #[test]
 fn diverse_queues_round_trip_through_filesystem() {

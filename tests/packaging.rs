@@ -3,6 +3,9 @@
 //! example configurations of the package and of the Kubernetes CronJob load as valid
 //! configurations.
 
+mod common;
+
+use common::script_output_path;
 use std::path::Path;
 use std::process::Command;
 
@@ -65,16 +68,7 @@ fn the_example_configurations_are_valid() {
 
 #[test]
 fn the_debian_package_installs_and_its_units_verify() {
-    let built = Command::new("scripts/build-deb.sh")
-        .current_dir(root())
-        .output()
-        .expect("scripts/build-deb.sh");
-    assert!(
-        built.status.success(),
-        "build-deb: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let deb = String::from_utf8_lossy(&built.stdout).trim().to_string();
+    let deb = script_output_path("build-deb.sh");
     let (ok, listing) = run("dpkg-deb", &["-c", &deb]);
     assert!(ok, "{listing}");
     for f in [

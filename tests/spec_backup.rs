@@ -8,13 +8,7 @@ mod common;
 use common::*;
 use rmq_backup::amqp::FieldTable;
 use rmq_backup::config::MetricsConfig;
-use rmq_backup::manifest::Manifest;
 use rmq_backup::metrics::server::MetricsServer;
-use std::path::Path;
-
-fn manifest(store: &Path, id: &str) -> Manifest {
-    Manifest::from_json(&std::fs::read(store.join(id).join("manifest.json")).unwrap()).unwrap()
-}
 
 fn get(url: &str) -> (u16, String) {
     let mut r = ureq::get(url)

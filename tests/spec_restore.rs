@@ -8,7 +8,6 @@ mod common;
 use common::*;
 use rmq_backup::amqp::{BasicProperties, Connection, FieldTable, FieldValue};
 use rmq_backup::config::Config;
-use rmq_backup::manifest::Manifest;
 use rmq_backup::metrics;
 use std::path::Path;
 
@@ -37,10 +36,6 @@ fn numbers(conn: &Connection, queue: &str) -> Vec<i64> {
             },
         )
         .collect()
-}
-
-fn manifest(store: &Path, id: &str) -> Manifest {
-    Manifest::from_json(&std::fs::read(store.join(id).join("manifest.json")).unwrap()).unwrap()
 }
 
 /// A fresh empty target vhost (deleted with `vh`).

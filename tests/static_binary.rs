@@ -1,30 +1,26 @@
 //! The static binary (scripts/build-static.sh) backs up and restores a queue on the real
 //! broker from an empty root: a chroot holding only the binary, its two configuration files
 //! and one writable directory (spool and filesystem storage). No libc, no /etc, no /proc, no
-//! resolver files: the broker and the management API are reached by IP address.
+//! resolver files: the broker and the management API are reached by IP address. Over TLS the
+//! root holds the CA file and `/etc/hosts` too.
 
 mod common;
+mod tls_support;
 
 use common::*;
 use rmq_backup::amqp::FieldTable;
 use std::path::Path;
 use std::process::Command;
 
+/// The static binary's path, built once per test process (the tests here share it, and two
+/// concurrent `rustup target add` runs would race).
 fn build_static() -> String {
-    let out = Command::new("scripts/build-static.sh")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run scripts/build-static.sh");
-    assert!(
-        out.status.success(),
-        "build-static failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(path)
-        .display()
-        .to_string()
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(build_static_once).clone()
+}
+
+fn build_static_once() -> String {
+    script_output_path("build-static.sh")
 }
 
 /// Runs the binary at /rmq-backup inside `root` (chroot; as root, or in a user namespace).
@@ -154,5 +150,63 @@ fn the_static_binary_backs_up_and_restores_from_an_empty_root() {
         &msgs,
         &peek(&conn, "q", msgs.len()),
         "source after the static backup",
+    );
+}
+
+/// The same over TLS: the root holds the binary, two configs, the CA file and `/etc/hosts`
+/// (the broker's certificate names `localhost`, and a static binary has no other way to
+/// resolve it); no /etc/ssl, no libc. Backup and restore on the rmqtls node of
+/// scripts/setup-rabbitmq-tls.sh (AMQP over TLS, management over https).
+#[test]
+fn the_static_binary_speaks_tls_from_an_empty_root() {
+    let bin = build_static();
+    let node = &tls_support::TLS_NODE;
+    let v = tls_support::TlsVhost::new(node, "static");
+    let conn = node.plain(&v.name);
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", FieldTable::new());
+    let msgs = diverse_messages(40, 22, true);
+    publish(&ch, "q", &msgs);
+
+    let root = TempDir::new("static-tls-root");
+    std::fs::copy(&bin, root.path().join("rmq-backup")).expect("copy binary");
+    std::fs::copy(tls_support::file("ca.pem"), root.path().join("ca.pem")).expect("copy CA");
+    std::fs::create_dir_all(root.path().join("data/spool")).unwrap();
+    std::fs::create_dir_all(root.path().join("etc")).unwrap();
+    std::fs::write(root.path().join("etc/hosts"), "127.0.0.1 localhost\n").unwrap();
+    let tls = "  tls:\n    ca_cert: /ca.pem\n";
+    let backup = format!(
+        "mode: backup\nbackup_id: st-tls\nsource:\n  amqp_url: \"amqps://guest:guest@localhost:{}/{}\"\n  management_url: \"https://localhost:{}\"\n  management_username: guest\n  management_password: guest\n{tls}  queues:\n    vhosts: [\"{}\"]\nstorage:\n  backend: filesystem\n  path: /data/store\n",
+        node.amqps, v.name, node.https, v.name
+    );
+    std::fs::write(root.path().join("backup.yaml"), backup).unwrap();
+    let restore = format!(
+        "mode: restore\nbackup_id: st-tls\ntarget:\n  amqp_url: \"amqps://guest:guest@localhost:{}/\"\n  management_url: \"https://localhost:{}\"\n  management_username: guest\n  management_password: guest\n{tls}storage:\n  backend: filesystem\n  path: /data/store\nrestore:\n  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{}\": \"{}\"\n",
+        node.amqps, node.https, v.name, v.target()
+    );
+    std::fs::write(root.path().join("restore.yaml"), restore).unwrap();
+    node.management()
+        .create_vhost(&v.target())
+        .expect("target vhost");
+    node.management()
+        .set_permissions(&v.target(), "guest")
+        .expect("permissions");
+
+    for args in [
+        &["backup", "--config", "/backup.yaml"][..],
+        &["restore", "--config", "/restore.yaml"][..],
+    ] {
+        let out = in_root(root.path(), args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_same(
+        &as_restored(&msgs),
+        &peek(&node.plain(&v.target()), "q", msgs.len()),
+        "restored over TLS by the static binary",
     );
 }

@@ -1,6 +1,7 @@
 //! The byte stream under an AMQP connection, and the frame reader on top of it.
 //!
-//! [`Transport`] is a small enum so that TLS can be added beside plain TCP later.
+//! [`Transport`] is plain TCP or TLS (`crate::tls::TlsStream`); the AMQP and stream clients
+//! use it alike.
 //! [`FrameReader`] keeps its own buffer (at least 128 KiB and at least one whole frame), so a
 //! read timeout in the middle of a frame loses nothing: the reader thread uses short timeouts
 //! to keep heartbeats going.
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use super::codec::{check_frame_head, Frame, FrameHead, FRAME_END, FRAME_HEADER_SIZE};
 use crate::error::Error;
+use crate::tls::{TlsClient, TlsStream};
 
 /// Smallest frame-reader buffer, bytes.
 pub const MIN_READ_BUFFER: usize = 128 * 1024;
@@ -20,9 +22,35 @@ pub const MIN_READ_BUFFER: usize = 128 * 1024;
 pub enum Transport {
     /// Plain TCP.
     Tcp(TcpStream),
+    /// TLS over TCP.
+    Tls(TlsStream),
 }
 
 impl Transport {
+    /// Opens a connection to `host:port`: TCP as [`Transport::connect_tcp`], then, with `tls`,
+    /// the TLS handshake (server name `host`, bounded by `timeout` per socket operation).
+    ///
+    /// Errors: those of the TCP connect; for TLS an `io::Error` whose message starts
+    /// `TLS handshake with <host:port> failed:` and says why in plain words.
+    pub fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        tls: Option<&TlsClient>,
+    ) -> io::Result<Transport> {
+        let tcp = Self::connect_tcp(host, port, timeout)?;
+        match (tls, tcp) {
+            (Some(tls), Transport::Tcp(sock)) => Ok(Transport::Tls(TlsStream::connect(
+                sock,
+                host,
+                &format!("{host}:{port}"),
+                tls,
+                timeout,
+            )?)),
+            (_, t) => Ok(t),
+        }
+    }
+
     /// Opens a TCP connection to `host:port`, trying every resolved address, each bounded by
     /// `timeout`. Nagle is disabled.
     pub fn connect_tcp(host: &str, port: u16, timeout: Duration) -> io::Result<Transport> {
@@ -47,6 +75,7 @@ impl Transport {
     pub fn try_clone(&self) -> io::Result<Transport> {
         match self {
             Transport::Tcp(s) => Ok(Transport::Tcp(s.try_clone()?)),
+            Transport::Tls(s) => Ok(Transport::Tls(s.try_clone()?)),
         }
     }
 
@@ -54,6 +83,7 @@ impl Transport {
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Transport::Tcp(s) => s.set_read_timeout(t),
+            Transport::Tls(s) => s.socket().set_read_timeout(t),
         }
     }
 
@@ -61,6 +91,7 @@ impl Transport {
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Transport::Tcp(s) => s.set_write_timeout(t),
+            Transport::Tls(s) => s.socket().set_write_timeout(t),
         }
     }
 
@@ -70,6 +101,7 @@ impl Transport {
             Transport::Tcp(s) => {
                 let _ = s.shutdown(Shutdown::Both);
             }
+            Transport::Tls(s) => s.shutdown(),
         }
     }
 }
@@ -78,6 +110,7 @@ impl Read for Transport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Transport::Tcp(s) => s.read(buf),
+            Transport::Tls(s) => s.read(buf),
         }
     }
 }
@@ -86,12 +119,21 @@ impl Write for Transport {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Transport::Tcp(s) => s.write(buf),
+            Transport::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Transport::Tcp(s) => s.write_all(buf),
+            Transport::Tls(s) => s.write_all(buf),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Transport::Tcp(s) => s.flush(),
+            Transport::Tls(s) => s.flush(),
         }
     }
 }
@@ -155,7 +197,16 @@ impl FrameReader {
         loop {
             let mut need = FRAME_HEADER_SIZE;
             if let Some(head) = FrameHead::parse(&self.buf[self.start..self.end]) {
-                check_frame_head(&head, self.max_payload).map_err(ReadFail::Protocol)?;
+                check_frame_head(&head, self.max_payload).map_err(|e| {
+                    if crate::tls::looks_like_tls(&self.buf[self.start..self.end]) {
+                        ReadFail::Protocol(Error::Amqp(
+                            "the server answered with TLS: this is a TLS port (use amqps://)"
+                                .to_string(),
+                        ))
+                    } else {
+                        ReadFail::Protocol(e)
+                    }
+                })?;
                 let total = head.total_len();
                 if self.end - self.start >= total {
                     let s = self.start;

@@ -110,10 +110,17 @@ fn run_job(
         );
     }
 
+    let (amqp_url, tls) = crate::tls::resolve(
+        &source.amqp_url,
+        Some(&source.management_url),
+        source.tls.as_ref(),
+        "source.tls",
+    )?;
     let mgmt = ManagementClient::new(
         &source.management_url,
         &source.management_username,
         source.management_password.expose(),
+        tls.as_deref(),
     )?;
     let mut manifest = Manifest::new(backup_id, now_ms());
     let overview = mgmt.overview()?;
@@ -179,6 +186,8 @@ fn run_job(
     );
     let ctx = QueueContext {
         source,
+        amqp_url,
+        tls,
         opts,
         backup_id,
         compression,
@@ -300,6 +309,10 @@ fn check_memory_headroom(mgmt: &ManagementClient) -> Result<()> {
 /// What every queue thread shares.
 pub(super) struct QueueContext<'a> {
     source: &'a SourceConfig,
+    /// `source.amqp_url` with `source.tls` applied (`crate::tls::resolve`).
+    amqp_url: crate::amqp::AmqpUrl,
+    /// The source's TLS settings, when it uses TLS.
+    tls: Option<Arc<crate::tls::TlsClient>>,
     opts: &'a BackupOptions,
     backup_id: &'a str,
     compression: Compression,
@@ -314,6 +327,35 @@ pub(super) struct QueueContext<'a> {
     checkpoints: Option<&'a Checkpoints>,
     /// True when an interrupted run of this backup id came before this one.
     rerun: bool,
+}
+
+impl QueueContext<'_> {
+    /// The source's URL (TLS applied) with `vhost`.
+    fn url_of(&self, vhost: &str) -> crate::amqp::AmqpUrl {
+        let mut url = self.amqp_url.clone();
+        url.vhost = vhost.to_string();
+        url
+    }
+
+    /// Connection options for `vhost` on the source (TLS as configured), shown in the
+    /// management UI as `connection_name`.
+    fn connect_options(&self, vhost: &str, connection_name: String) -> crate::amqp::ConnectOptions {
+        let mut options = crate::amqp::ConnectOptions::new(self.url_of(vhost));
+        options.connection_name = connection_name;
+        options.tls = self.tls.clone();
+        options
+    }
+
+    /// Stream-protocol options for `vhost` on the source: its stream port (5551 by default
+    /// with TLS) and TLS as configured.
+    fn stream_options(&self, vhost: &str, connection_name: String) -> crate::stream::StreamOptions {
+        let url = self.url_of(vhost);
+        let port = self.source.stream_port_for(url.tls);
+        let mut options = crate::stream::StreamOptions::from_amqp_url(&url, port);
+        options.connection_name = connection_name;
+        options.tls = self.tls.clone();
+        options
+    }
 }
 
 /// Backs up `queues` with at most `max_concurrent_queues` threads, and uploader threads for the

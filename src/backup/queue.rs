@@ -4,7 +4,7 @@
 use super::resume;
 use super::segments::{build_segments, Batches, Upload};
 use super::QueueContext;
-use crate::amqp::{ConnectOptions, Connection};
+use crate::amqp::Connection;
 use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
 use crate::error::{Error, Result};
@@ -56,10 +56,10 @@ pub(super) fn backup_queue(
         );
         strategy = RequeueStrategy::Get;
     }
-    let mut url = crate::amqp::AmqpUrl::parse(&ctx.source.amqp_url)?;
-    url.vhost = q.vhost.clone();
-    let mut options = ConnectOptions::new(url);
-    options.connection_name = format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name);
+    let mut options = ctx.connect_options(
+        &q.vhost,
+        format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name),
+    );
     // A deeper delivery buffer absorbs the segment builder's pauses (a compressed chunk, a
     // rotation) without stalling the broker; batches are bounded by bytes too, so large
     // messages still hold at most ~8 MiB here.

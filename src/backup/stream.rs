@@ -23,7 +23,7 @@ use crate::record::BackupRecord;
 use crate::spool::spawn_named;
 use crate::stream::amqp10::{decode_message, to_record, Origin};
 use crate::stream::chunk::{parse_chunk, parse_header};
-use crate::stream::{OffsetSpec, StreamConnection, StreamOptions};
+use crate::stream::{OffsetSpec, StreamConnection};
 use crossbeam_channel::{bounded, Sender};
 use std::time::{Duration, Instant};
 
@@ -43,10 +43,10 @@ struct CountedConnection(StreamConnection);
 
 impl CountedConnection {
     fn open(ctx: &QueueContext, q: &QueueInfo) -> Result<CountedConnection> {
-        let mut url = crate::amqp::AmqpUrl::parse(&ctx.source.amqp_url)?;
-        url.vhost = q.vhost.clone();
-        let mut o = StreamOptions::from_amqp_url(&url, ctx.source.stream_port);
-        o.connection_name = format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name);
+        let o = ctx.stream_options(
+            &q.vhost,
+            format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name),
+        );
         let conn = StreamConnection::open(&o)?;
         metrics::global().stream_connections.inc();
         Ok(CountedConnection(conn))

@@ -13,7 +13,7 @@
 use super::resume;
 use super::segments::{build_segments, Batches, Upload};
 use super::QueueContext;
-use crate::amqp::{Channel, ConnectOptions, Connection, Delivery, FieldValue};
+use crate::amqp::{Channel, Connection, Delivery, FieldValue};
 use crate::broker::QueueType;
 use crate::error::{Error, Result};
 use crate::management::QueueInfo;
@@ -112,10 +112,10 @@ pub(super) fn backup_stream_amqp(
         return Ok(Some(done));
     }
     let after = resume::start_queue(ctx, q)?;
-    let mut url = crate::amqp::AmqpUrl::parse(&ctx.source.amqp_url)?;
-    url.vhost = q.vhost.clone();
-    let mut options = ConnectOptions::new(url);
-    options.connection_name = format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name);
+    let options = ctx.connect_options(
+        &q.vhost,
+        format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name),
+    );
     let conn = Connection::open(&options)?;
     let end = last_offset(&conn, q)?;
     log::info!(

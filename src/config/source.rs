@@ -24,10 +24,12 @@ pub struct SourceConfig {
     pub management_username: String,
     /// Management API password; supports `${ENV_VAR}` interpolation.
     pub management_password: Secret,
-    /// Stream protocol port, default 5552; used only when `backup.stream_enabled` is true.
-    #[serde(default = "default_stream_port")]
-    pub stream_port: u16,
-    /// TLS for AMQP and stream connections (not supported yet when enabled).
+    /// Stream protocol port; used only when `backup.stream_enabled` is true. Unset: 5552, or
+    /// 5551 (RabbitMQ's TLS stream port) when the source uses TLS; see
+    /// [`SourceConfig::stream_port_for`].
+    #[serde(default)]
+    pub stream_port: Option<u16>,
+    /// TLS for the AMQP, stream and https management connections (`crate::tls`).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// Queue selection; `None` selects every queue (see `crate::selection`).
@@ -35,8 +37,15 @@ pub struct SourceConfig {
     pub queues: Option<QueueSelection>,
 }
 
-fn default_stream_port() -> u16 {
-    5552
+impl SourceConfig {
+    /// The stream port: `stream_port`, else 5552, or 5551 when `tls` (the source uses TLS).
+    pub fn stream_port_for(&self, tls: bool) -> u16 {
+        self.stream_port.unwrap_or(if tls {
+            crate::tls::DEFAULT_STREAM_TLS_PORT
+        } else {
+            5552
+        })
+    }
 }
 
 impl fmt::Debug for SourceConfig {
@@ -53,17 +62,21 @@ impl fmt::Debug for SourceConfig {
     }
 }
 
-/// `source.tls` (SPEC.md): TLS for AMQP and stream connections.
+/// `source.tls` / `target.tls` (SPEC.md `source.tls`): TLS for the AMQP, stream and https
+/// management connections of a broker. The files are read by `crate::tls::TlsClient::load`.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {
-    /// Enable TLS, default false.
+    /// Enable TLS, default false: turns an `amqp://` URL into `amqps://` (port 5671 unless the
+    /// URL gives one). An `amqps://` URL uses TLS whatever this says.
     pub enabled: bool,
-    /// CA certificate PEM file.
+    /// CA certificate PEM file (one or more certificates); unset: the system CA store
+    /// (`SSL_CERT_FILE` / `SSL_CERT_DIR` honoured).
     pub ca_cert: Option<PathBuf>,
     /// Client certificate PEM file (mutual TLS); requires `client_key`.
     pub client_cert: Option<PathBuf>,
-    /// Client private key PEM file (mutual TLS); requires `client_cert`.
+    /// Client private key PEM file (mutual TLS; PKCS#8, PKCS#1 or SEC1, unencrypted); requires
+    /// `client_cert`.
     pub client_key: Option<PathBuf>,
 }
 
@@ -96,15 +109,18 @@ pub(super) fn validate_source(source: &SourceConfig) -> Result<()> {
         &["http://", "https://"],
     )?;
     check_non_empty(&source.management_username, "source.management_username")?;
-    if source.stream_port == 0 {
+    if source.stream_port == Some(0) {
         return Err(config_err("source.stream_port must be between 1 and 65535"));
     }
-    if let Some(tls) = &source.tls {
-        if tls.client_cert.is_some() != tls.client_key.is_some() {
-            return Err(config_err(
-                "source.tls.client_cert and source.tls.client_key must be given together",
-            ));
-        }
+    validate_tls(source.tls.as_ref(), "source.tls")
+}
+
+/// `client_cert` and `client_key` come together (`field`: `source.tls` or `target.tls`).
+pub(super) fn validate_tls(tls: Option<&TlsConfig>, field: &str) -> Result<()> {
+    match tls {
+        Some(t) if t.client_cert.is_some() != t.client_key.is_some() => Err(config_err(format!(
+            "{field}.client_cert and {field}.client_key must be given together"
+        ))),
+        _ => Ok(()),
     }
-    Ok(())
 }

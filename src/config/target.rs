@@ -25,6 +25,9 @@ pub struct TargetConfig {
     /// Required together with `management_url`; supports `${ENV_VAR}` interpolation.
     #[serde(default)]
     pub management_password: Option<Secret>,
+    /// TLS for the target's AMQP and https management connections, as `source.tls`.
+    #[serde(default)]
+    pub tls: Option<super::TlsConfig>,
 }
 
 impl fmt::Debug for TargetConfig {
@@ -37,6 +40,7 @@ impl fmt::Debug for TargetConfig {
             )
             .field("management_username", &self.management_username)
             .field("management_password", &self.management_password)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -72,5 +76,5 @@ pub(super) fn validate_target(target: &TargetConfig) -> Result<()> {
             }
         }
     }
-    Ok(())
+    super::source::validate_tls(target.tls.as_ref(), "target.tls")
 }

@@ -158,7 +158,7 @@ fn full_example_parses_every_field() {
     assert_eq!(s.management_url, "https://broker:15671");
     assert_eq!(s.management_username, "admin");
     assert_eq!(s.management_password.expose(), "s3cretpw");
-    assert_eq!(s.stream_port, 5551);
+    assert_eq!(s.stream_port, Some(5551));
     assert_eq!(
         s.tls,
         Some(TlsConfig {
@@ -263,8 +263,8 @@ fn full_example_parses_every_field() {
             path: "/m".into(),
         })
     );
-    // Parses, but uses features not implemented yet.
-    assert!(invalid(&c).contains("not supported yet"));
+    // amqps and tls.enabled are supported (issue 15).
+    assert!(c.validate().is_ok(), "{:?}", c.validate());
 }
 
 #[test]
@@ -275,7 +275,7 @@ fn minimal_backup_gets_every_default() {
     assert!(c.offset_storage.is_none());
     assert!(c.metrics.is_none());
     let s = c.source.as_ref().expect("source");
-    assert_eq!(s.stream_port, 5552);
+    assert_eq!(s.stream_port, None);
     assert!(s.tls.is_none());
     assert!(s.queues.is_none());
     let b = &c.backup;
@@ -565,7 +565,7 @@ fn url_rules() {
         "source.management_url must start with http:// or https://"
     );
     let mut c = backup();
-    c.source.as_mut().expect("source").stream_port = 0;
+    c.source.as_mut().expect("source").stream_port = Some(0);
     assert_eq!(
         invalid(&c),
         "source.stream_port must be between 1 and 65535"
@@ -630,6 +630,7 @@ fn target_management_rules() {
         management_url: None,
         management_username: None,
         management_password: None,
+        tls: None,
     });
     assert!(c.validate().is_ok());
 }
@@ -842,16 +843,6 @@ fn not_yet_supported() {
         );
     };
     check(
-        &|c| {
-            c.source.as_mut().expect("source").tls = Some(TlsConfig {
-                enabled: true,
-                ..Default::default()
-            })
-        },
-        backup(),
-        "source.tls.enabled: TLS is not supported yet",
-    );
-    check(
         &|c| c.backup.stop_at_current_depth = false,
         backup(),
         "backup.stop_at_current_depth: false (a continuous backup) follows streams with the stream protocol: set backup.stream_enabled: true",
@@ -895,6 +886,17 @@ fn section_value_rules() {
     assert_eq!(
         invalid(&c),
         "source.tls.client_cert and source.tls.client_key must be given together"
+    );
+    let mut c = restore();
+    c.target.as_mut().expect("target").tls = Some(TlsConfig {
+        enabled: true,
+        ca_cert: None,
+        client_cert: None,
+        client_key: Some("/k.pem".into()),
+    });
+    assert_eq!(
+        invalid(&c),
+        "target.tls.client_cert and target.tls.client_key must be given together"
     );
     let mut c = backup();
     c.metrics = Some(MetricsConfig {
@@ -1332,9 +1334,11 @@ fn a_backup_id_takes_environment_variables_and_is_checked_after() {
             "mode: backup\nbackup_id: \"{id}\"\nsource:\n  amqp_url: amqp://a\n  management_url: http://a\n  management_username: u\n  management_password: p\nstorage:\n  backend: memory\n"
         )
     };
-    let c = Config::from_yaml_str(&yaml("nightly-${RMQB_TEST_ID_DATE}")).unwrap();
+    let c = Config::from_yaml_str(&yaml("nightly-${RMQB_TEST_ID_DATE}"))
+        .expect("a backup id with a set variable");
     assert_eq!(c.backup_id, "nightly-20261125");
-    let e = Config::from_yaml_str(&yaml("x-${RMQB_TEST_ID_BAD}")).unwrap_err();
+    let e = Config::from_yaml_str(&yaml("x-${RMQB_TEST_ID_BAD}"))
+        .expect_err("a backup id that becomes a path");
     assert!(e.to_string().starts_with("Configuration error:"), "{e}");
     assert!(Config::from_yaml_str(&yaml("${RMQB_TEST_ID_UNSET}")).is_err());
 }

@@ -116,34 +116,13 @@ impl Config {
     /// Features this version parses but does not implement yet: each fails with
     /// `Error::Config("... is not supported yet")`. Later work deletes lines from here.
     pub fn check_supported(&self) -> Result<()> {
-        if self.mode == Mode::Backup {
-            if !self.backup.stop_at_current_depth && !self.backup.stream_enabled {
-                return Err(config_err(
-                    "backup.stop_at_current_depth: false (a continuous backup) follows streams with the stream protocol: set backup.stream_enabled: true",
-                ));
-            }
-            if let Some(tls) = self.source.as_ref().and_then(|s| s.tls.as_ref()) {
-                if tls.enabled {
-                    return Err(config_err("source.tls.enabled: TLS is not supported yet"));
-                }
-            }
-        }
-        let urls = [
-            (
-                "source.amqp_url",
-                self.source.as_ref().map(|s| s.amqp_url.as_str()),
-            ),
-            (
-                "target.amqp_url",
-                self.target.as_ref().map(|t| t.amqp_url.as_str()),
-            ),
-        ];
-        for (field, url) in urls {
-            if url.is_some_and(|u| u.starts_with("amqps://")) {
-                return Err(config_err(format!(
-                    "{field}: amqps (TLS) is not supported yet"
-                )));
-            }
+        if self.mode == Mode::Backup
+            && !self.backup.stop_at_current_depth
+            && !self.backup.stream_enabled
+        {
+            return Err(config_err(
+                "backup.stop_at_current_depth: false (a continuous backup) follows streams with the stream protocol: set backup.stream_enabled: true",
+            ));
         }
         Ok(())
     }

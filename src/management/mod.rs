@@ -8,6 +8,7 @@
 //!
 //! Errors (SPEC.md "Errors"), all in the `Management API error:` category:
 //! - API not reachable: `error sending request for url <url>: <detail>`;
+//! - https handshake refused: `TLS handshake with <base url> failed: <why>` (`crate::tls`);
 //! - any non-2xx answer: `HTTP <status> for <METHOD> <path>`, where `<path>` is the request path as
 //!   sent without the query string (e.g. `/api/queues/%2F/my%20queue`); the broker's short `reason`
 //!   is appended as `: <reason>`, except for 404 and for a failed login (401 `Login failed`).
@@ -67,6 +68,8 @@ pub struct ManagementClient {
     base_masked: String,
     /// `Basic ...` value of the Authorization header.
     authorization: String,
+    /// For https: what a failed handshake's message names (`crate::tls`).
+    tls: Option<crate::tls::Context>,
 }
 
 impl std::fmt::Debug for ManagementClient {
@@ -103,7 +106,14 @@ impl ManagementClient {
     /// 60 s (300 s for definitions export and import). No request is made here.
     ///
     /// Errors: `Configuration error: Invalid management URL: <url>` when the URL is not http(s).
-    pub fn new(base_url: &str, username: &str, password: &str) -> Result<Self> {
+    /// `tls`: the trust anchors and client certificate for an `https` URL (`crate::tls`);
+    /// `None` uses ureq's defaults (the Mozilla roots bundled in the binary).
+    pub fn new(
+        base_url: &str,
+        username: &str,
+        password: &str,
+        tls: Option<&crate::tls::TlsClient>,
+    ) -> Result<Self> {
         let base = base_url.trim().trim_end_matches('/').to_string();
         let lower = base.to_ascii_lowercase();
         let rest = lower
@@ -115,7 +125,11 @@ impl ManagementClient {
                 mask_url(base_url)
             )));
         }
-        let config = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder();
+        if let Some(tls) = tls {
+            config = config.tls_config(tls.http_config());
+        }
+        let config = config
             .http_status_as_error(false)
             .timeout_connect(Some(CONNECT_TIMEOUT))
             .timeout_global(Some(REQUEST_TIMEOUT))
@@ -126,6 +140,7 @@ impl ManagementClient {
         Ok(ManagementClient {
             agent: config.new_agent(),
             base_masked: mask_url(&base),
+            tls: tls.map(|t| t.context().clone()),
             base,
             authorization: format!(
                 "Basic {}",
@@ -176,6 +191,19 @@ impl ManagementClient {
         }
     }
 
+    /// A failed TLS handshake in plain words, when `e` is one (and the URL is https).
+    fn tls_failure(&self, e: &ureq::Error) -> Option<String> {
+        let rustls_error = match e {
+            ureq::Error::Rustls(r) => r,
+            ureq::Error::Io(io) => io.get_ref()?.downcast_ref::<rustls::Error>()?,
+            _ => return None,
+        };
+        Some(match &self.tls {
+            Some(context) => context.describe(rustls_error),
+            None => rustls_error.to_string(),
+        })
+    }
+
     fn request_once(
         &self,
         method: Method,
@@ -223,6 +251,13 @@ impl ManagementClient {
                     started.elapsed().as_millis(),
                     e
                 );
+                if let Some(why) = self.tls_failure(&e) {
+                    // Not transient: no retry.
+                    return Err(Error::Management(format!(
+                        "TLS handshake with {} failed: {why}",
+                        self.base_masked
+                    )));
+                }
                 return Err(send_error(e.to_string()));
             }
         };

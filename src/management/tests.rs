@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 const BASE: &str = "http://127.0.0.1:15672/";
 
 fn client() -> ManagementClient {
-    ManagementClient::new(BASE, "guest", "guest").expect("client")
+    ManagementClient::new(BASE, "guest", "guest", None).expect("client")
 }
 
 /// A vhost unique to this test process and call, deleted on drop.
@@ -76,12 +76,12 @@ fn rejects_non_http_urls() {
         "http:///x",
         "",
     ] {
-        let err = ManagementClient::new(bad, "u", "p").expect_err(bad);
+        let err = ManagementClient::new(bad, "u", "p", None).expect_err(bad);
         assert!(matches!(err, Error::Config(_)), "{bad}: {err}");
     }
-    let err = ManagementClient::new("ftp://u:secret@h", "u", "p").expect_err("ftp");
+    let err = ManagementClient::new("ftp://u:secret@h", "u", "p", None).expect_err("ftp");
     assert!(!err.to_string().contains("secret"), "{err}");
-    assert!(ManagementClient::new("https://h:15671/prefix/", "u", "p").is_ok());
+    assert!(ManagementClient::new("https://h:15671/prefix/", "u", "p", None).is_ok());
 }
 
 #[test]
@@ -241,7 +241,7 @@ fn overview_definitions_and_nodes() {
 
 #[test]
 fn wrong_password_gives_401() {
-    let c = ManagementClient::new(BASE, "guest", "not-the-password").expect("client");
+    let c = ManagementClient::new(BASE, "guest", "not-the-password", None).expect("client");
     let err = c.overview().expect_err("401");
     assert_eq!(
         err.to_string(),
@@ -257,7 +257,7 @@ fn wrong_password_gives_401() {
 
 #[test]
 fn unreachable_port() {
-    let c = ManagementClient::new("http://127.0.0.1:1", "guest", "secret").expect("client");
+    let c = ManagementClient::new("http://127.0.0.1:1", "guest", "secret", None).expect("client");
     let err = c.overview().expect_err("unreachable");
     let msg = err.to_string();
     assert!(
@@ -267,7 +267,7 @@ fn unreachable_port() {
         "{msg}"
     );
     assert!(!msg.contains("secret"));
-    let c = ManagementClient::new("http://u:secret@127.0.0.1:1", "u", "secret").expect("c");
+    let c = ManagementClient::new("http://u:secret@127.0.0.1:1", "u", "secret", None).expect("c");
     let msg = c.overview().expect_err("unreachable").to_string();
     assert!(
         msg.contains("http://u:****@127.0.0.1:1/api/overview"),

@@ -17,7 +17,7 @@
 mod publish;
 mod segments;
 
-use crate::amqp::{AmqpUrl, ConnectOptions, Connection};
+use crate::amqp::{ConnectOptions, Connection};
 use crate::broker::QueueType;
 use crate::checkpoint::{Checkpoints, RestoreKey};
 use crate::config::{Config, PublishMode, RestoreOptions, TargetConfig};
@@ -129,7 +129,13 @@ fn run_job(
         ..Default::default()
     };
 
-    let mgmt = management(target)?;
+    let (url, tls) = crate::tls::resolve(
+        &target.amqp_url,
+        target.management_url.as_deref(),
+        target.tls.as_ref(),
+        "target.tls",
+    )?;
+    let mgmt = management(target, tls.as_deref())?;
     if opts.restore_definitions {
         match (&manifest.definitions, &mgmt) {
             (Some(entry), Some(mgmt)) => {
@@ -189,7 +195,9 @@ fn run_job(
     };
     let spool = SpoolDir::create(&format!("{backup_id}-restore"))?;
     let limiter = RateLimiter::new(opts.rate_limit_messages_per_sec);
-    let url = AmqpUrl::parse(&target.amqp_url)?;
+    // Every queue's connection starts from these (its vhost and name set per queue).
+    let mut connect = ConnectOptions::new(url);
+    connect.tls = tls;
     let jobs: Vec<(usize, &QueueBackup)> = manifest.queues.iter().enumerate().collect();
     let next = AtomicU64::new(0);
     // Per queue, in manifest order: its entry (counts so far) and how its restore ended.
@@ -225,7 +233,7 @@ fn run_job(
                 let r = match crate::signals::stop_reason("restore") {
                     Some(why) => Err(Error::Io(why)),
                     None => restore_queue(
-                        &url,
+                        &connect,
                         opts,
                         storage.as_ref(),
                         spool.path(),
@@ -293,15 +301,21 @@ fn run_job(
     Ok(summary)
 }
 
-fn management(target: &TargetConfig) -> Result<Option<ManagementClient>> {
+fn management(
+    target: &TargetConfig,
+    tls: Option<&crate::tls::TlsClient>,
+) -> Result<Option<ManagementClient>> {
     match (
         &target.management_url,
         &target.management_username,
         &target.management_password,
     ) {
-        (Some(url), Some(user), Some(password)) => {
-            Ok(Some(ManagementClient::new(url, user, password.expose())?))
-        }
+        (Some(url), Some(user), Some(password)) => Ok(Some(ManagementClient::new(
+            url,
+            user,
+            password.expose(),
+            tls,
+        )?)),
         _ => Ok(None),
     }
 }
@@ -387,7 +401,7 @@ fn create_missing_queues(mgmt: &ManagementClient, plan: &[QueueRestore]) -> Resu
 /// Restores one queue of the backup on its own connection.
 #[allow(clippy::too_many_arguments)]
 fn restore_queue(
-    url: &AmqpUrl,
+    connect: &ConnectOptions,
     opts: &RestoreOptions,
     storage: &dyn Storage,
     spool: &Path,
@@ -428,9 +442,8 @@ fn restore_queue(
         );
         return Ok(());
     }
-    let mut url = url.clone();
-    url.vhost = entry.target_vhost.clone();
-    let mut options = ConnectOptions::new(url);
+    let mut options = connect.clone();
+    options.url.vhost = entry.target_vhost.clone();
     options.connection_name = format!(
         "rmq-backup restore {}/{}",
         entry.target_vhost, entry.target_queue

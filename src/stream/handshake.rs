@@ -24,6 +24,8 @@ pub struct StreamOptions {
     pub heartbeat_secs: u32,
     /// Shown in the management UI.
     pub connection_name: String,
+    /// TLS for the stream port (`source.tls`, with an `amqps` source URL or `tls.enabled`).
+    pub tls: Option<std::sync::Arc<crate::tls::TlsClient>>,
 }
 
 impl std::fmt::Debug for StreamOptions {
@@ -50,6 +52,7 @@ impl StreamOptions {
             rpc_timeout: Duration::from_secs(30),
             heartbeat_secs: 60,
             connection_name: "rmq-backup".into(),
+            tls: None,
         }
     }
 }
@@ -57,6 +60,11 @@ impl StreamOptions {
 pub(super) fn read_frame(io: &mut Transport, buf: &mut Vec<u8>, endpoint: &str) -> Result<Frame> {
     let mut size = [0u8; 4];
     io.read_exact(&mut size).map_err(|e| io_lost(endpoint, e))?;
+    if crate::tls::looks_like_tls(&size) {
+        return Err(Error::Connection(format!(
+            "{endpoint} answered with TLS: it is a TLS port (use an amqps:// source URL or source.tls.enabled)"
+        )));
+    }
     let size = u32::from_be_bytes(size) as usize;
     if !(4..=MAX_FRAME).contains(&size) {
         return Err(Error::Stream(format!(
@@ -147,8 +155,14 @@ pub(super) fn stream_refused(what: &str, code: u16, endpoint: &str) -> Error {
 /// `Stream protocol error: ...` for a refused vhost or a broker without PLAIN.
 pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
     let endpoint = format!("{}:{}", o.host, o.port);
-    let mut io = Transport::connect_tcp(&o.host, o.port, o.connect_timeout)
-        .map_err(|e| Error::Connection(format!("cannot reach the stream port {endpoint}: {e}")))?;
+    let mut io =
+        Transport::connect(&o.host, o.port, o.connect_timeout, o.tls.as_deref()).map_err(|e| {
+            if e.to_string().starts_with("TLS handshake") {
+                Error::Connection(e.to_string())
+            } else {
+                Error::Connection(format!("cannot reach the stream port {endpoint}: {e}"))
+            }
+        })?;
     io.set_read_timeout(Some(o.rpc_timeout))
         .and_then(|()| io.set_write_timeout(Some(o.rpc_timeout)))
         .map_err(|e| Error::Connection(format!("stream connection to {endpoint}: {e}")))?;

@@ -25,7 +25,7 @@ pub fn management_url() -> String {
 }
 
 pub fn management() -> ManagementClient {
-    ManagementClient::new(&management_url(), "guest", "guest").expect("management client")
+    ManagementClient::new(&management_url(), "guest", "guest", None).expect("management client")
 }
 
 /// The percent-encoded AMQP URL of a vhost.
@@ -529,16 +529,39 @@ pub fn restored_props(props: &BasicProperties) -> BasicProperties {
     p
 }
 
+/// The manifest of backup `id` in the filesystem store `store`.
+pub fn manifest(store: &Path, id: &str) -> rmq_backup::manifest::Manifest {
+    rmq_backup::manifest::Manifest::from_json(
+        &std::fs::read(store.join(id).join("manifest.json")).expect("manifest"),
+    )
+    .expect("parse")
+}
+
+/// Runs `scripts/<name>` from the repository and returns the absolute path it prints on its
+/// last line of stdout (what build-static.sh and build-deb.sh built); panics with its stderr
+/// when it fails.
+pub fn script_output_path(name: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("scripts").join(name))
+        .current_dir(root)
+        .output()
+        .unwrap_or_else(|e| panic!("run scripts/{name}: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/{name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let last = printed.lines().last().unwrap_or_default().trim();
+    root.join(last).display().to_string()
+}
+
 /// The messages a backup holds for `queue` (first match by name), decoded from its segments
 /// in order, as a restore would publish them.
 pub fn backed_up(store: &Path, backup_id: &str, queue: &str) -> Vec<Delivery> {
-    use rmq_backup::manifest::Manifest;
     use rmq_backup::record::decode_record;
     use rmq_backup::segment::SegmentReader;
-    let m = Manifest::from_json(
-        &std::fs::read(store.join(backup_id).join("manifest.json")).expect("manifest"),
-    )
-    .expect("manifest json");
+    let m = manifest(store, backup_id);
     let q = m
         .queues
         .iter()

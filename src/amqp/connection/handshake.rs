@@ -113,7 +113,10 @@ impl Connection {
     /// then starts the reader thread.
     ///
     /// Errors (SPEC.md "Errors"):
-    /// - `Error::Config("TLS (amqps) is not supported yet")` for `amqps` URLs;
+    /// - `Error::Config(...)` for an `amqps` URL without `opts.tls` when the system CA store is
+    ///   empty (see `crate::tls::TlsClient::load`);
+    /// - `Error::Connection("Failed to connect to <url>: TLS handshake with <host:port>
+    ///   failed: <why>")` for a TLS handshake that failed (`crate::tls::Context::describe`);
     /// - `Error::Connection("Failed to connect to <masked url>: <detail>")` when the TCP connect
     ///   fails or times out, or the handshake fails for another reason;
     /// - `Error::Authentication("AMQP authentication failed for user <user>")` when the broker
@@ -143,19 +146,22 @@ impl Connection {
     pub(super) fn open_inner(opts: &ConnectOptions) -> Result<Connection> {
         let url = &opts.url;
         let masked = url.masked();
-        if url.tls {
-            return Err(Error::Config(
-                "TLS (amqps) is not supported yet".to_string(),
-            ));
-        }
+        let tls = match (url.tls, &opts.tls) {
+            (false, _) => None,
+            (true, Some(tls)) => Some(tls.clone()),
+            (true, None) => Some(std::sync::Arc::new(crate::tls::TlsClient::load(
+                None, "tls",
+            )?)),
+        };
         let failed = |detail: &dyn std::fmt::Display| {
             Error::Connection(format!("Failed to connect to {masked}: {detail}"))
         };
         let auth_failed =
             || Error::Authentication(format!("AMQP authentication failed for user {}", url.user));
         let addr = url.host_port();
-        let transport = Transport::connect_tcp(&url.host, url.port, opts.connect_timeout)
-            .map_err(|e| failed(&e))?;
+        let transport =
+            Transport::connect(&url.host, url.port, opts.connect_timeout, tls.as_deref())
+                .map_err(|e| failed(&e))?;
         let mut writer = transport.try_clone().map_err(|e| failed(&e))?;
         let control = transport.try_clone().map_err(|e| failed(&e))?;
         writer
@@ -178,7 +184,12 @@ impl Connection {
         let hs_err = |f: HsFail, after_auth: bool| -> Error {
             match f {
                 HsFail::Eof if after_auth => auth_failed(),
-                HsFail::Eof => failed(&"connection closed by the server during the AMQP handshake"),
+                HsFail::Eof if url.tls => {
+                    failed(&"connection closed by the server during the AMQP handshake")
+                }
+                HsFail::Eof => failed(
+                    &"connection closed by the server during the AMQP handshake (a TLS port? then use amqps://)",
+                ),
                 HsFail::Timeout => failed(&format_args!(
                     "timed out during the AMQP handshake ({})",
                     secs(opts.connect_timeout + opts.rpc_timeout)

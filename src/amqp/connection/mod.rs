@@ -100,6 +100,9 @@ pub struct ConnectOptions {
     /// bodies, so a consumer holds at most about `consumer_buffer + 64` messages, and with
     /// large messages about `consumer_buffer / 64 + 1` MiB, in memory.
     pub consumer_buffer: usize,
+    /// TLS settings for an `amqps` URL (`source.tls` / `target.tls`, loaded once per run);
+    /// `None` with an `amqps` URL means the system CA store and no client certificate.
+    pub tls: Option<std::sync::Arc<crate::tls::TlsClient>>,
 }
 
 impl ConnectOptions {
@@ -115,6 +118,7 @@ impl ConnectOptions {
             connection_name: "rmq-backup".to_string(),
             frame_max: 131_072,
             consumer_buffer: 256,
+            tls: None,
         }
     }
 }

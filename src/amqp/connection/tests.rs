@@ -29,13 +29,6 @@ fn options_defaults_follow_url() {
 }
 
 #[test]
-fn tls_is_refused_with_config_error() {
-    let o = ConnectOptions::new(AmqpUrl::parse("amqps://u:p@127.0.0.1/v").unwrap());
-    let e = Connection::open(&o).err().unwrap();
-    assert_eq!(e, Error::Config("TLS (amqps) is not supported yet".into()));
-}
-
-#[test]
 fn confirms_single_multiple_and_nack() {
     let (tx, _rx) = unbounded();
     let c = ChanShared {
