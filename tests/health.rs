@@ -57,9 +57,9 @@ fn health_is_503_with_the_reason_after_a_real_connection_loss() {
     let ch = conn.open_channel().unwrap();
     declare(&ch, "slow", "classic", FieldTable::new());
     // Deep enough that basic.get, even at the broker's fast speed (~15,000 msg/s), reads for
-    // longer than the management API takes to list the connection (its stats interval, 5 s):
-    // with 30,000 the backup sometimes ended first.
-    const DEPTH: u32 = 90_000;
+    // well over the time the management API takes to list the connection (its stats interval,
+    // 5 s): with 30,000 the backup sometimes ended first, and 90,000 (~6 s) left no margin.
+    const DEPTH: u32 = 250_000;
     publish_bulk(&ch, "slow", DEPTH as usize, 32);
     let dir = TempDir::new("health");
     let store = dir.path().join("store");

@@ -236,7 +236,9 @@ fn a_backup_killed_with_sigkill_is_finished_by_running_it_again() {
 fn a_fresh_machine_resumes_from_the_database_synced_to_s3() {
     let vh = TestVhost::new("resume-s3");
     let conn = vh.connect();
-    let sizes = [("a", 3_000usize), ("b", 30_000)];
+    // basic.get reads ~10,000 msg/s in a debug build: b lasts ~10 s, far past the kill 2.5 s
+    // after a completes (with 30,000 it could finish first).
+    let sizes = [("a", 3_000usize), ("b", 100_000)];
     for (name, n) in sizes {
         let ch = conn.open_channel().unwrap();
         declare(&ch, name, "classic", FieldTable::new());
@@ -283,7 +285,7 @@ fn a_fresh_machine_resumes_from_the_database_synced_to_s3() {
     std::fs::remove_file(&db).unwrap();
     let _ = std::fs::remove_file(db.with_extension("db-wal"));
     let _ = std::fs::remove_file(db.with_extension("db-shm"));
-    wait_depth(&conn, "b", 30_000);
+    wait_depth(&conn, "b", sizes[1].1 as u32);
     let out = run_cli(&["backup", "--config", &cfg]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
