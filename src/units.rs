@@ -1,6 +1,7 @@
 //! Numbers for people: byte sizes (`1.5 KiB`), counts with thousands separators (`1,234,567`)
 //! and durations (`3m05s`), as `list`, `describe`, the summaries and the progress display
-//! print them, and calendar dates of a day count (for `list` and HTTP `Date` headers). Pure functions; nothing here reads a clock or a terminal.
+//! print them, and calendar dates of a day count (for `list` and HTTP `Date` headers). Pure
+//! functions; nothing here reads a clock or a terminal.
 
 use std::time::Duration;
 

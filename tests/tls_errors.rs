@@ -12,22 +12,15 @@ use rmq_backup::management::ManagementClient;
 use rmq_backup::stream::{StreamConnection, StreamOptions};
 use rmq_backup::tls::TlsClient;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
-use tls_support::{file, settings};
-
-fn load(c: &TlsConfig) -> Result<Arc<TlsClient>, String> {
-    TlsClient::load(Some(c), "source.tls")
-        .map(Arc::new)
-        .map_err(|e| e.to_string())
-}
+use tls_support::{file, settings, tls_client};
 
 /// The error of opening an AMQP connection to `url` with `tls`.
 fn amqp_error(url: &str, tls: Option<&TlsConfig>) -> String {
     let mut o = ConnectOptions::new(AmqpUrl::parse(url).expect("url"));
     o.connect_timeout = Duration::from_secs(5);
     o.rpc_timeout = Duration::from_secs(5);
-    o.tls = tls.map(|c| load(c).expect("TLS settings"));
+    o.tls = tls.map(tls_client);
     match Connection::open(&o) {
         Ok(_) => panic!("{url}: connected, but an error was expected"),
         Err(e) => e.to_string(),
@@ -40,7 +33,7 @@ fn stream_error(port: u16, tls: Option<&TlsConfig>) -> String {
     let mut o = StreamOptions::from_amqp_url(&url, port);
     o.connect_timeout = Duration::from_secs(5);
     o.rpc_timeout = Duration::from_secs(5);
-    o.tls = tls.map(|c| load(c).expect("TLS settings"));
+    o.tls = tls.map(tls_client);
     match StreamConnection::open(&o) {
         Ok(_) => panic!("stream port {port}: connected, but an error was expected"),
         Err(e) => e.to_string(),
@@ -208,7 +201,7 @@ fn tls_to_a_plain_port_and_plain_to_a_tls_port() {
     let e = stream_error(5551, None);
     assert_has(&e, &["localhost:5551", "TLS port"]);
     // The management API over https to its plain port.
-    let client = load(&tls).expect("TLS settings");
+    let client = tls_client(&tls);
     let m = ManagementClient::new("https://localhost:15672", "guest", "guest", Some(&client))
         .expect("client");
     let e = m.overview().expect_err("https to a plain port").to_string();
@@ -278,7 +271,9 @@ fn bad_files_fail_before_any_connection() {
         ),
     ];
     for (c, parts) in cases {
-        let e = load(&c).expect_err("bad TLS files");
+        let e = TlsClient::load(Some(&c), "source.tls")
+            .expect_err("bad TLS files")
+            .to_string();
         assert_has(&e, &parts);
         for line in key.lines().filter(|l| !l.starts_with("-----")) {
             assert!(!e.contains(line), "key material printed: {e}");

@@ -28,10 +28,7 @@ pub enum Transport {
 
 impl Transport {
     /// Opens a connection to `host:port`: TCP as [`Transport::connect_tcp`], then, with `tls`,
-    /// the TLS handshake (server name `host`, bounded by `timeout` per socket operation).
-    ///
-    /// Errors: those of the TCP connect; for TLS an `io::Error` whose message starts
-    /// `TLS handshake with <host:port> failed:` and says why in plain words.
+    /// the TLS handshake as [`Transport::start_tls`].
     pub fn connect(
         host: &str,
         port: u16,
@@ -39,15 +36,34 @@ impl Transport {
         tls: Option<&TlsClient>,
     ) -> io::Result<Transport> {
         let tcp = Self::connect_tcp(host, port, timeout)?;
-        match (tls, tcp) {
-            (Some(tls), Transport::Tcp(sock)) => Ok(Transport::Tls(TlsStream::connect(
+        match tls {
+            Some(tls) => tcp.start_tls(host, port, tls, timeout),
+            None => Ok(tcp),
+        }
+    }
+
+    /// Runs the TLS handshake on this TCP connection to `host:port` (server name `host`, each
+    /// socket operation bounded by `timeout`); a connection that is TLS already is returned as
+    /// it is.
+    ///
+    /// Errors: an `io::Error` whose message starts `TLS handshake with <host:port> failed:` and
+    /// says why in plain words (`crate::tls::TlsStream::connect`).
+    pub fn start_tls(
+        self,
+        host: &str,
+        port: u16,
+        tls: &TlsClient,
+        timeout: Duration,
+    ) -> io::Result<Transport> {
+        match self {
+            Transport::Tcp(sock) => Ok(Transport::Tls(TlsStream::connect(
                 sock,
                 host,
                 &format!("{host}:{port}"),
                 tls,
                 timeout,
             )?)),
-            (_, t) => Ok(t),
+            tls_already => Ok(tls_already),
         }
     }
 

@@ -155,14 +155,14 @@ pub(super) fn stream_refused(what: &str, code: u16, endpoint: &str) -> Error {
 /// `Stream protocol error: ...` for a refused vhost or a broker without PLAIN.
 pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
     let endpoint = format!("{}:{}", o.host, o.port);
-    let mut io =
-        Transport::connect(&o.host, o.port, o.connect_timeout, o.tls.as_deref()).map_err(|e| {
-            if e.to_string().starts_with("TLS handshake") {
-                Error::Connection(e.to_string())
-            } else {
-                Error::Connection(format!("cannot reach the stream port {endpoint}: {e}"))
-            }
-        })?;
+    let io = Transport::connect_tcp(&o.host, o.port, o.connect_timeout)
+        .map_err(|e| Error::Connection(format!("cannot reach the stream port {endpoint}: {e}")))?;
+    let mut io = match o.tls.as_deref() {
+        Some(tls) => io
+            .start_tls(&o.host, o.port, tls, o.connect_timeout)
+            .map_err(|e| Error::Connection(e.to_string()))?,
+        None => io,
+    };
     io.set_read_timeout(Some(o.rpc_timeout))
         .and_then(|()| io.set_write_timeout(Some(o.rpc_timeout)))
         .map_err(|e| Error::Connection(format!("stream connection to {endpoint}: {e}")))?;

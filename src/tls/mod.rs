@@ -95,21 +95,13 @@ impl TlsClient {
                 .with_root_certificates(store);
         let mut http = ureq::tls::TlsConfig::builder()
             .provider(ureq::tls::TlsProvider::Rustls)
-            .root_certs(ureq::tls::RootCerts::new_with_certs(
-                &roots
-                    .iter()
-                    .map(|c| ureq::tls::Certificate::from_der(c).to_owned())
-                    .collect::<Vec<_>>(),
-            ));
+            .root_certs(ureq::tls::RootCerts::new_with_certs(&for_ureq(&roots)));
         let (config, has_client_cert) = match (&cfg.client_cert, &cfg.client_key) {
             (Some(cert_path), Some(key_path)) => {
                 let chain = read_certs(cert_path, &format!("{field}.client_cert"))?;
                 let (key, http_key) = read_key(key_path, &format!("{field}.client_key"))?;
                 http = http.client_cert(Some(ureq::tls::ClientCert::new_with_certs(
-                    &chain
-                        .iter()
-                        .map(|c| ureq::tls::Certificate::from_der(c).to_owned())
-                        .collect::<Vec<_>>(),
+                    &for_ureq(&chain),
                     http_key,
                 )));
                 let config = builder.with_client_auth_cert(chain, key).map_err(|e| {
@@ -195,6 +187,14 @@ pub fn resolve(
         None
     };
     Ok((url, tls))
+}
+
+/// The same certificates as ureq takes them.
+fn for_ureq(certs: &[CertificateDer<'static>]) -> Vec<ureq::tls::Certificate<'static>> {
+    certs
+        .iter()
+        .map(|c| ureq::tls::Certificate::from_der(c).to_owned())
+        .collect()
 }
 
 fn config_error(message: String) -> Error {
