@@ -38,37 +38,6 @@ fn declare_stream(conn: &Connection, name: &str) {
     ch.close().expect("close");
 }
 
-/// Reads `n` messages of stream `name` over AMQP 0-9-1 from its first offset (prefetch 100,
-/// acks only for credit), without the broker's `x-stream-offset` header.
-fn read_091(conn: &Connection, name: &str, n: usize) -> Vec<Delivery> {
-    let ch = conn.open_channel().expect("channel");
-    ch.basic_qos(100, false).expect("qos");
-    let args: FieldTable = vec![(
-        "x-stream-offset".into(),
-        FieldValue::LongString(b"first".to_vec()),
-    )];
-    let consumer = ch
-        .basic_consume(name, "check", false, false, &args)
-        .expect("consume");
-    let mut out = Vec::new();
-    while out.len() < n {
-        let mut d = consumer
-            .recv_timeout(Duration::from_secs(30))
-            .expect("recv")
-            .expect("a delivery within 30 s");
-        ch.basic_ack(d.delivery_tag, false).expect("ack");
-        if let Some(h) = d.properties.headers.as_mut() {
-            h.retain(|(k, _)| k != "x-stream-offset");
-            if h.is_empty() {
-                d.properties.headers = None;
-            }
-        }
-        out.push(d);
-    }
-    ch.close().expect("close");
-    out
-}
-
 /// Reads `n` messages of stream `name` through the stream protocol, as records (what a backup
 /// with `stream_enabled: true` makes of them).
 fn read_stream_protocol(
@@ -129,7 +98,7 @@ fn a_stream_backed_up_over_the_stream_protocol_holds_what_a_0_9_1_reader_sees() 
     let ch = conn.open_channel().expect("channel");
     publish(&ch, "events", &msgs);
     ch.close().expect("close");
-    let seen = read_091(&conn, "events", msgs.len());
+    let seen = read_stream_091(&conn, "events", msgs.len());
     for (m, d) in msgs.iter().zip(&seen) {
         assert_eq!(d.body, m.body, "the stream holds what was published");
     }
@@ -177,7 +146,7 @@ fn a_stream_restores_into_a_new_stream_that_reads_the_same() {
     let ch = conn.open_channel().expect("channel");
     publish(&ch, "events", &msgs);
     ch.close().expect("close");
-    let source = read_091(&conn, "events", msgs.len());
+    let source = read_stream_091(&conn, "events", msgs.len());
 
     let dir = TempDir::new("streams-restore");
     let cfg = write_config(
@@ -208,7 +177,7 @@ fn a_stream_restores_into_a_new_stream_that_reads_the_same() {
         .expect("restored stream");
     assert_eq!(info.type_name, "stream");
     let tconn = target.connect();
-    let restored = read_091(&tconn, "events", msgs.len());
+    let restored = read_stream_091(&tconn, "events", msgs.len());
     same(&source, &restored, "restored stream read over 0-9-1");
     // And through the stream protocol: the same messages as the source's (the restore
     // published them to the stream by name, so only the routing key differs).
@@ -312,7 +281,7 @@ fn a_decimal_header_restored_into_a_stream_is_refused_by_name() {
         "{stderr}"
     );
     // The two messages before it are in the stream, nothing after it; the source is whole.
-    let got = read_091(&conn, "events", 2);
+    let got = read_stream_091(&conn, "events", 2);
     assert_eq!(
         got.iter().map(|d| d.body.clone()).collect::<Vec<_>>(),
         vec![vec![0u8], vec![1]]
@@ -452,7 +421,7 @@ fn messages_published_over_the_stream_protocol_back_up_as_a_0_9_1_reader_sees_th
     sconn.close().expect("close");
 
     let conn = v.connect();
-    let seen = read_091(&conn, "native", msgs.len());
+    let seen = read_stream_091(&conn, "native", msgs.len());
     let dir = TempDir::new("streams-native");
     for (id, enabled) in [("n1", "true"), ("n2", "false")] {
         let cfg = write_config(
@@ -487,6 +456,6 @@ fn messages_published_over_the_stream_protocol_back_up_as_a_0_9_1_reader_sees_th
     );
     let out = run_cli(&["restore", "--config", &cfg]);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
-    let restored = read_091(&target.connect(), "native", msgs.len());
+    let restored = read_stream_091(&target.connect(), "native", msgs.len());
     same(&seen, &restored, "restored stream read over 0-9-1");
 }

@@ -11,9 +11,8 @@ mod common;
 mod tls_support;
 
 use common::*;
-use rmq_backup::amqp::{Connection, FieldTable};
+use rmq_backup::amqp::FieldTable;
 use rmq_backup::config::TlsConfig;
-use std::time::Duration;
 use tls_support::*;
 
 /// The `tls:` block of a `source` or `target` section.
@@ -146,35 +145,14 @@ restore:
         "orders restored over TLS",
     );
     assert_eq!(depth(&tconn, "orders") as usize, msgs.len());
-    let restored = read_stream_bodies(&tconn, "events", events.len());
+    let restored: Vec<Vec<u8>> = read_stream_091(&tconn, "events", events.len())
+        .into_iter()
+        .map(|d| d.body)
+        .collect();
     let want: Vec<Vec<u8>> = events.iter().map(|m| m.body.clone()).collect();
     assert_eq!(restored, want, "stream restored over TLS");
     // The source kept everything.
     assert_eq!(depth(&conn, "orders") as usize, msgs.len());
-}
-
-/// The first `n` bodies of a stream, read from its first offset over AMQP 0-9-1.
-fn read_stream_bodies(conn: &Connection, stream: &str, n: usize) -> Vec<Vec<u8>> {
-    let ch = conn.open_channel().expect("channel");
-    ch.basic_qos(100, false).expect("qos");
-    let args: FieldTable = vec![(
-        "x-stream-offset".into(),
-        rmq_backup::amqp::FieldValue::LongString(b"first".to_vec()),
-    )];
-    let consumer = ch
-        .basic_consume(stream, "check", false, false, &args)
-        .expect("consume");
-    let mut out = Vec::new();
-    while out.len() < n {
-        let d = consumer
-            .recv_timeout(Duration::from_secs(30))
-            .expect("recv")
-            .expect("a delivery within 30 s");
-        ch.basic_ack(d.delivery_tag, false).expect("ack");
-        out.push(d.body.clone());
-    }
-    ch.close().expect("close");
-    out
 }
 
 #[test]

@@ -529,6 +529,37 @@ pub fn restored_props(props: &BasicProperties) -> BasicProperties {
     p
 }
 
+/// Reads `n` messages of stream `name` over AMQP 0-9-1 from its first offset (prefetch 100,
+/// acks only for credit), without the broker's `x-stream-offset` header.
+pub fn read_stream_091(conn: &Connection, name: &str, n: usize) -> Vec<Delivery> {
+    let ch = conn.open_channel().expect("channel");
+    ch.basic_qos(100, false).expect("qos");
+    let args: FieldTable = vec![(
+        "x-stream-offset".into(),
+        FieldValue::LongString(b"first".to_vec()),
+    )];
+    let consumer = ch
+        .basic_consume(name, "check", false, false, &args)
+        .expect("consume");
+    let mut out = Vec::new();
+    while out.len() < n {
+        let mut d = consumer
+            .recv_timeout(Duration::from_secs(30))
+            .expect("recv")
+            .expect("a delivery within 30 s");
+        ch.basic_ack(d.delivery_tag, false).expect("ack");
+        if let Some(h) = d.properties.headers.as_mut() {
+            h.retain(|(k, _)| k != "x-stream-offset");
+            if h.is_empty() {
+                d.properties.headers = None;
+            }
+        }
+        out.push(d);
+    }
+    ch.close().expect("close");
+    out
+}
+
 /// The manifest of backup `id` in the filesystem store `store`.
 pub fn manifest(store: &Path, id: &str) -> rmq_backup::manifest::Manifest {
     rmq_backup::manifest::Manifest::from_json(
