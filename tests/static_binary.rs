@@ -16,11 +16,8 @@ use std::process::Command;
 /// concurrent `rustup target add` runs would race).
 fn build_static() -> String {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BIN.get_or_init(build_static_once).clone()
-}
-
-fn build_static_once() -> String {
-    script_output_path("build-static.sh")
+    BIN.get_or_init(|| script_output_path("build-static.sh"))
+        .clone()
 }
 
 /// Runs the binary at /rmq-backup inside `root` (chroot; as root, or in a user namespace).
@@ -185,11 +182,9 @@ fn the_static_binary_speaks_tls_from_an_empty_root() {
         node.amqps, node.https, v.name, v.target()
     );
     std::fs::write(root.path().join("restore.yaml"), restore).unwrap();
-    node.management()
-        .create_vhost(&v.target())
-        .expect("target vhost");
-    node.management()
-        .set_permissions(&v.target(), "guest")
+    let m = node.management();
+    m.create_vhost(&v.target()).expect("target vhost");
+    m.set_permissions(&v.target(), "guest")
         .expect("permissions");
 
     for args in [
