@@ -2,12 +2,15 @@
 //! `scripts/setup-rabbitmq-tls.sh`, once over its plain AMQP port (5674) and once over TLS
 //! (amqps 5671), alternating, in the same run. The management API is https in both.
 //!
-//! Usage: `tls_bench <rmq-backup binary> [messages] [body bytes]` (`scripts/bench.sh tls`).
+//! Usage: `tls_bench <rmq-backup binary> [messages] [body bytes]` (`scripts/bench.sh tls`;
+//! `bench_common::Args`).
 //! Prints msg/s, CPU seconds per 100,000 messages and the TLS/plain ratios.
 
 mod bench_common;
 
-use bench_common::{publish, raw_read, run_tool_measured, ToolRun};
+use bench_common::{
+    fresh_vhost, median, publish, rate, raw_read, run_tool_measured, Args, ToolRun,
+};
 use rmq_backup::amqp::{AmqpUrl, ConnectOptions, Connection};
 use rmq_backup::config::TlsConfig;
 use rmq_backup::management::ManagementClient;
@@ -19,13 +22,7 @@ const VHOST: &str = "rmqb-tls-bench";
 
 fn main() {
     rmq_backup::install_tls_provider();
-    let args: Vec<String> = std::env::args().collect();
-    let bin = args
-        .get(1)
-        .expect("usage: tls_bench <rmq-backup> [n] [size]")
-        .clone();
-    let n: usize = args.get(2).map_or(100_000, |s| s.parse().expect("n"));
-    let size: usize = args.get(3).map_or(1024, |s| s.parse().expect("size"));
+    let Args { bin, n, size, .. } = Args::parse();
     let rounds: usize = std::env::var("BENCH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -48,9 +45,7 @@ fn main() {
         .expect("management");
     let target = format!("{VHOST}-target");
     for v in [VHOST, target.as_str()] {
-        let _ = mgmt.delete_vhost(v);
-        mgmt.create_vhost(v).expect("vhost");
-        mgmt.set_permissions(v, "guest").expect("permissions");
+        fresh_vhost(&mgmt, v);
     }
     let plain = |vhost: &str| {
         let url = AmqpUrl::parse(&format!("amqp://guest:guest@127.0.0.1:5674/{vhost}")).unwrap();
@@ -87,7 +82,7 @@ fn main() {
                 over_tls(VHOST)
             };
             let r = raw_read(&c, "q", n);
-            raw[i].push(n as f64 / r.whole.as_secs_f64());
+            raw[i].push(rate(n, r.whole));
             drop(c);
             let url = match *mode {
                 "plain" => "amqp://guest:guest@127.0.0.1:5674",
@@ -120,21 +115,17 @@ fn main() {
             mgmt.delete_queue(&target, "q").expect("empty the target");
         }
     }
-    let rate = |r: &ToolRun| n as f64 / r.wall.as_secs_f64();
+    let msg_rate = |r: &ToolRun| rate(n, r.wall);
     let cpu = |r: &ToolRun| r.cpu_secs * 100_000.0 / n as f64;
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     println!("{n} x {size} B text, classic, zstd-3, {rounds} rounds (medians)");
     println!("mode    raw read msg/s  backup msg/s  CPU-s/100k  restore msg/s  CPU-s/100k");
     let mut rows = Vec::new();
     for (i, (mode, b, r)) in results.iter().enumerate() {
         print!("{mode:<7} {:>14.0}", median(raw[i].clone()));
         let row = (
-            median(b.iter().map(rate).collect()),
+            median(b.iter().map(msg_rate).collect()),
             median(b.iter().map(cpu).collect()),
-            median(r.iter().map(rate).collect()),
+            median(r.iter().map(msg_rate).collect()),
             median(r.iter().map(cpu).collect()),
         );
         println!(

@@ -53,7 +53,7 @@ cd "$DIR"
 
 # --- certificates ---------------------------------------------------------------------------
 
-# sign NAME CN EXT [STARTDATE ENDDATE]: NAME.csr -> NAME.pem signed by ca.pem.
+# sign NAME EXT [STARTDATE ENDDATE]: NAME.csr -> NAME.pem signed by ca.pem.
 sign() {
     local name="$1" ext="$2" start="${3:-}" end="${4:-}"
     if [[ -n "$start" ]]; then
@@ -129,12 +129,16 @@ chmod 0644 ./*.pem ./*.key
 # --- nodes ----------------------------------------------------------------------------------
 
 port_open() { timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null; }
+all_open() {
+    local p
+    for p; do port_open "$p" || return 1; done
+}
 
 # start_node NAME AMQP STREAM MGMT DIST FAIL_IF_NO_PEER_CERT PLAIN
 start_node() {
     local name="$1" amqp="$2" stream="$3" mgmt="$4" dist="$5" require="$6" plain="$7"
     local nd="$DIR/nodes/$name"
-    if port_open "$amqp" && port_open "$stream" && port_open "$mgmt" && port_open "$plain"; then
+    if all_open "$amqp" "$stream" "$mgmt" "$plain"; then
         log "$name already running (amqps 127.0.0.1:$amqp)"
         return
     fi
@@ -175,8 +179,8 @@ CONF
 wait_node() {
     local name="$1" amqp="$2" stream="$3" mgmt="$4" plain="$5"
     local deadline=$((SECONDS + TIMEOUT))
-    until port_open "$amqp" && port_open "$stream" && port_open "$mgmt" && port_open "$plain"; do
-        ((SECONDS < deadline)) || die "$name did not open ports $amqp, $stream and $mgmt within $TIMEOUT s (see $DIR/nodes/$name/log)"
+    until all_open "$amqp" "$stream" "$mgmt" "$plain"; do
+        ((SECONDS < deadline)) || die "$name did not open ports $amqp, $stream, $mgmt and $plain within $TIMEOUT s (see $DIR/nodes/$name/log)"
         sleep 1
     done
 }
