@@ -9,6 +9,8 @@
 #          stream backup over the stream protocol beside a raw stream-protocol read
 #        scripts/bench.sh storage [messages=100000] [body_bytes=1024]
 #          backup throughput to filesystem, S3, Azure Blob and GCS (the local emulators)
+#        scripts/bench.sh many [queues=5000] [per_queue=4] [body_bytes=512]
+#          many small queues beside a raw single-connection client (`many 20000 0`: empty ones)
 #        scripts/bench.sh tls [messages=100000] [body_bytes=1024]
 #          backup and restore over TLS against the plain port of the same node (BIN=<binary>)
 set -euo pipefail
@@ -80,6 +82,13 @@ if [[ "${1:-}" == tls ]]; then
   scripts/setup-rabbitmq-tls.sh
   cargo build --release --quiet --bin rmq-backup --example tls_bench
   exec target/release/examples/tls_bench "${BIN:-target/release/rmq-backup}" "${1:-100000}" "${2:-1024}"
+fi
+if [[ "${1:-}" == many ]]; then
+  # Many small queues beside a raw single-connection client: [queues=5000] [per queue=4]
+  # [body bytes=512]; `many 20000 0` measures empty queues.
+  shift
+  cargo build --release --quiet --bin rmq-backup --example many_queues_bench
+  exec target/release/examples/many_queues_bench target/release/rmq-backup "${1:-5000}" "${2:-4}" "${3:-512}"
 fi
 if [[ "${1:-}" == pipeline ]]; then
   cargo build --release --quiet --example pipeline_bench

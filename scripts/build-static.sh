@@ -7,9 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-musl
+out="${CARGO_TARGET_DIR:-target}"
 # One build at a time (tests and scripts may call this side by side).
-mkdir -p target
-exec 9>target/.build-static.lock
+mkdir -p "$out"
+exec 9>"$out/.build-static.lock"
 flock 9
 if ! rustup target list --installed | grep -qx "$target"; then
   echo "build-static: adding the Rust target $target" >&2
@@ -22,7 +23,7 @@ if ! command -v musl-gcc >/dev/null; then
 fi
 CC_x86_64_unknown_linux_musl=musl-gcc \
   cargo build --release --locked --target "$target" --bin rmq-backup >&2
-bin="target/$target/release/rmq-backup"
+bin="$out/$target/release/rmq-backup"
 if ldd "$bin" 2>&1 | grep -qv 'not a dynamic executable\|statically linked'; then
   echo "build-static: $bin is not static:" >&2
   ldd "$bin" >&2

@@ -124,6 +124,13 @@ if [[ ! -s client-expired.pem ]]; then
     grep -q "BEGIN RSA PRIVATE KEY" client.pkcs1.key || die "client.pkcs1.key is not PKCS#1"
     grep -q "BEGIN EC PRIVATE KEY" client-ec.sec1.key || die "client-ec.sec1.key is not SEC1"
 fi
+if [[ ! -s client-v1.pem ]]; then
+    # The common way to sign a client certificate, without an extension file: X.509 v1.
+    openssl req -new -key client.pkcs8.key -subj "/CN=rmq-backup-client-v1" -out client-v1.csr
+    openssl x509 -req -in client-v1.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+        -sha256 -out client-v1.pem 2>/dev/null
+    rm -f client-v1.csr ./*.srl
+fi
 chmod 0644 ./*.pem ./*.key
 
 # --- nodes ----------------------------------------------------------------------------------

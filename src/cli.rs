@@ -273,7 +273,7 @@ fn run(command: Command) -> Result<i32> {
             let storage = storage::open_config(&cfg.storage)?;
             let s = backup::run(&cfg, storage)?;
             print_backup(&s);
-            Ok(if s.skipped.is_empty() {
+            Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
                 0
             } else {
                 EXIT_SKIPPED
@@ -350,7 +350,7 @@ fn open_url(url: &str) -> Result<Arc<dyn Storage>> {
 fn print_backup(s: &backup::BackupSummary) {
     let secs = s.elapsed.as_secs_f64();
     println!(
-        "Backup {} completed: {} queues, {} messages, {} segments, {} in {:.1} s ({:.0} msg/s){}",
+        "Backup {} completed: {} queues, {} messages, {} segments, {} in {:.1} s ({:.0} msg/s){}{}",
         s.backup_id,
         s.queues,
         s.messages,
@@ -365,10 +365,22 @@ fn print_backup(s: &backup::BackupSummary) {
                 "; {} selected queue(s) skipped, not backed up (exit code {EXIT_SKIPPED})",
                 s.skipped.len()
             )
+        },
+        if s.left_out.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} message(s) of {} queue(s) left out (exit code {EXIT_SKIPPED})",
+                s.left_out.iter().map(|q| q.messages).sum::<u64>(),
+                s.left_out.len()
+            )
         }
     );
     for q in &s.skipped {
         println!("  skipped {q}");
+    }
+    for q in &s.left_out {
+        println!("  {q}");
     }
     for q in &s.deleted {
         println!("  {q} was deleted on the broker during the backup: nothing left to back up");

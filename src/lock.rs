@@ -4,43 +4,107 @@
 //! A backup writes its manifest with `completed_at: null` first (SPEC.md "States and
 //! transitions"), so without more, a backup that is still being written reads exactly like one
 //! that died. While a backup runs, a thread rewrites the lock object every
-//! [`HEARTBEAT_INTERVAL`] with the time of the beat (epoch ms, the writer's clock); the run
-//! ends by writing `ended_at` into it. The status of a backup whose manifest has no
-//! `completed_at` is then:
-//! - `running`: the lock exists, has no `ended_at`, its last heartbeat is less than
-//!   [`STALE_AFTER_MS`] old (by the reader's clock: hosts should keep their clocks in sync), and,
-//!   when the reader runs on the writer's host and in its PID namespace, the writer's process
-//!   still exists;
-//! - `interrupted`: otherwise (the run ended without completing, or it was killed).
+//! [`Timing::heartbeat`] with the time of the beat (epoch ms, the writer's clock); the run ends
+//! by writing `ended_at` into it.
 //!
-//! The lock is advisory. A run that finds another run's lock live watches it for up to
-//! [`TAKEOVER_AFTER`]: a heartbeat that moves means the other run works (this one refuses to
-//! start); one that stands still means its writer is gone (killed, or its pod deleted), and this
-//! run takes the lock over, so rerunning a killed backup just works. Each heartbeat first reads
-//! the lock back: when another run has taken it over, the run that sees it stops. A run never
-//! deletes the lock (a backup needs no delete permission on the storage).
+//! Every write of the lock is conditional (`crate::storage::conditional`): the first run
+//! creates it only when it does not exist, and each heartbeat replaces only the version the run
+//! wrote last. Two runs can therefore never both believe they hold it: a run whose write is
+//! refused has lost the lock, and stops. A run that cannot renew its lock within
+//! [`Timing::lease`] (a storage that stalls) stops its own writes too ([`RunLock::check`]),
+//! before any other run may take the lock over: that happens only once the heartbeat is
+//! [`Timing::takeover`] old, well beyond the retry budget of one storage request, or at once
+//! when the lock's run has ended, or when the reader runs on the writer's host and PID namespace
+//! and the writer's process is gone (a killed run retried at once by cron or a shell loop).
+//!
+//! The status of a backup whose manifest has no `completed_at`: `running` while the lock is
+//! live ([`LockInfo::is_live`]: not ended, renewed within the lease, writer not known gone),
+//! else `interrupted`. A run never deletes the lock (a backup needs no delete permission).
 
 use crate::error::{Error, Result};
 use crate::now_ms;
-use crate::storage::Storage;
+use crate::storage::{Conditional, ObjectVersion, Storage};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Time between two heartbeats of a running backup.
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+/// The lock's timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// Time between two heartbeats.
+    pub heartbeat: Duration,
+    /// A holder that has not renewed its lock for this long stops its writes; a lock whose
+    /// heartbeat is this old reads as not running.
+    pub lease: Duration,
+    /// Another run takes a lock over once its heartbeat is this old (more than the lease and
+    /// than the retry budget of one storage request: 5 attempts of at most 30 s each).
+    pub takeover: Duration,
+}
 
-/// A lock whose last heartbeat is this old (ms) belongs to a run that is gone.
-pub const STALE_AFTER_MS: i64 = 30_000;
+impl Timing {
+    /// Heartbeat 5 s, lease 60 s, takeover after 180 s.
+    pub const DEFAULT: Timing = Timing {
+        heartbeat: Duration::from_secs(5),
+        lease: Duration::from_secs(60),
+        takeover: Duration::from_secs(180),
+    };
 
-/// How long a starting run watches a live-looking lock whose heartbeat does not move before it
-/// takes the lock over: two heartbeats and a second of slack.
-pub const TAKEOVER_AFTER: Duration = Duration::from_secs(2 * HEARTBEAT_INTERVAL.as_secs() + 1);
+    /// [`Timing::DEFAULT`], or for tests `RMQ_BACKUP_LOCK_TIMING=<heartbeat ms>,<lease ms>,<takeover ms>`.
+    pub fn from_env() -> Timing {
+        let Ok(v) = std::env::var("RMQ_BACKUP_LOCK_TIMING") else {
+            return Timing::DEFAULT;
+        };
+        let ms: Vec<u64> = v.split(',').filter_map(|p| p.trim().parse().ok()).collect();
+        match ms.as_slice() {
+            [h, l, t] if h < l && l < t => Timing {
+                heartbeat: Duration::from_millis(*h),
+                lease: Duration::from_millis(*l),
+                takeover: Duration::from_millis(*t),
+            },
+            _ => {
+                log::warn!("RMQ_BACKUP_LOCK_TIMING={v:?} is not <heartbeat ms>,<lease ms>,<takeover ms> in increasing order: ignored");
+                Timing::DEFAULT
+            }
+        }
+    }
+}
+
+/// A lock whose last heartbeat is this old (ms) reads as not running ([`Timing::DEFAULT`]'s
+/// lease).
+pub const STALE_AFTER_MS: i64 = 60_000;
 
 /// Storage key of the run lock of `backup_id`.
 pub fn lock_key(backup_id: &str) -> String {
     format!("{backup_id}/state/lock.json")
+}
+
+/// What a run lock locks: its storage key, and how messages name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockName {
+    /// `{backup_id}/state/lock.json`, or a part's lock of a sharded backup.
+    pub key: String,
+    /// `backup <id>`, or `backup <id> (part <i> of <n>)`.
+    pub label: String,
+}
+
+impl LockName {
+    /// The lock of backup `backup_id` ([`lock_key`]).
+    pub fn backup(backup_id: &str) -> LockName {
+        LockName {
+            key: lock_key(backup_id),
+            label: format!("backup {backup_id}"),
+        }
+    }
+
+    /// The lock of part `index` of `count` of a sharded backup (`crate::shard`):
+    /// `{backup_id}/state/lock-part-<index>-of-<count>.json`.
+    pub fn part(backup_id: &str, index: u32, count: u32) -> LockName {
+        LockName {
+            key: format!("{backup_id}/state/lock-part-{index}-of-{count}.json"),
+            label: format!("backup {backup_id} (part {index} of {count})"),
+        }
+    }
 }
 
 /// The content of `{backup_id}/state/lock.json`. Times are epoch ms of the writer's clock.
@@ -71,6 +135,14 @@ impl LockInfo {
         self.ended_at.is_none() && now - self.heartbeat_at < STALE_AFTER_MS && !self.writer_gone()
     }
 
+    /// True when another run may take this lock over at `now` (epoch ms): its run ended, its
+    /// writer is known to be gone, or its heartbeat is `timing.takeover` old.
+    fn may_be_taken(&self, now: i64, timing: &Timing) -> bool {
+        self.ended_at.is_some()
+            || self.writer_gone()
+            || now - self.heartbeat_at >= timing.takeover.as_millis() as i64
+    }
+
     /// True when this process can see that the writer's process no longer exists.
     fn writer_gone(&self) -> bool {
         self.host == host_name()
@@ -93,23 +165,27 @@ impl LockInfo {
 /// Reads the lock of `backup_id`. `Ok(None)` when there is none, or when it cannot be parsed (a
 /// damaged lock proves no live run; it is logged at debug level). Errors: storage failures.
 pub fn read(storage: &dyn Storage, backup_id: &str) -> Result<Option<LockInfo>> {
-    let key = lock_key(backup_id);
-    if storage.head(&key)?.is_none() {
+    read_named(storage, &LockName::backup(backup_id))
+}
+
+/// [`read`] for the lock `name`.
+pub fn read_named(storage: &dyn Storage, name: &LockName) -> Result<Option<LockInfo>> {
+    Ok(read_versioned(storage, name)?.and_then(|(info, _)| info))
+}
+
+/// The lock `name` as stored, parsed when it parses, and its version.
+fn read_versioned(
+    storage: &dyn Storage,
+    name: &LockName,
+) -> Result<Option<(Option<LockInfo>, ObjectVersion)>> {
+    let key = &name.key;
+    let Some((bytes, version)) = storage.get_with_version(key)? else {
         return Ok(None);
-    }
-    let bytes = match storage.get_bytes(&key) {
-        Ok(b) => b,
-        // Gone between head and get: no lock.
-        Err(Error::Storage(m)) if m.starts_with("Key not found") => return Ok(None),
-        Err(e) => return Err(e),
     };
-    match serde_json::from_slice(&bytes) {
-        Ok(info) => Ok(Some(info)),
-        Err(e) => {
-            log::debug!("{key} cannot be parsed ({e}): taken as no lock");
-            Ok(None)
-        }
-    }
+    let info = serde_json::from_slice(&bytes)
+        .map_err(|e| log::debug!("{key} cannot be parsed ({e}): taken as no lock"))
+        .ok();
+    Ok(Some((info, version)))
 }
 
 fn host_name() -> String {
@@ -140,47 +216,66 @@ fn process_alive(pid: u32) -> bool {
     !matches!(state, Some('Z') | Some('X') | None)
 }
 
-/// Watches the live-looking lock `seen` of another run for up to [`TAKEOVER_AFTER`]. `Ok(())`
-/// when its writer is gone (it ended, or its heartbeat stood still): the lock may be taken.
-/// Errors: `Configuration error: backup <id> is being written by another run ...` when the
-/// heartbeat moves; storage errors.
-fn wait_for_other_run(storage: &dyn Storage, backup_id: &str, seen: LockInfo) -> Result<()> {
-    let deadline = std::time::Instant::now() + TAKEOVER_AFTER;
+fn refused(name: &LockName, other: &LockInfo, now: i64) -> Error {
+    Error::Config(format!(
+        "{} is being written by another run on {}; wait for it to end or choose another backup_id",
+        name.label,
+        other.describe(now),
+    ))
+}
+
+/// Watches the lock `seen` of another run, which may not be taken yet: `Ok(())` once it may
+/// be (it ended, its writer is gone, its heartbeat became `timing.takeover` old) or it is
+/// gone; the caller then tries to take it. Errors: `Configuration error: backup <id> is being
+/// written by another run ...` when its heartbeat moves; storage errors.
+fn wait_for_other_run(
+    storage: &dyn Storage,
+    name: &LockName,
+    seen: &LockInfo,
+    timing: &Timing,
+) -> Result<()> {
+    let now = now_ms();
+    let left = timing.takeover.as_millis() as i64 - (now - seen.heartbeat_at);
     log::info!(
-        "backup {backup_id} has the lock of another run ({}); watching its heartbeat for up to {} s",
-        seen.describe(now_ms()),
-        TAKEOVER_AFTER.as_secs()
+        "{} has the lock of another run ({}); watching its heartbeat for up to {} s (a lock is taken over once its heartbeat is {} s old)",
+        name.label,
+        seen.describe(now),
+        left.max(0) / 1000 + 1,
+        timing.takeover.as_secs()
     );
-    while std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(250));
+    let poll = timing.heartbeat.min(Duration::from_secs(1));
+    loop {
+        std::thread::sleep(poll);
         let now = now_ms();
-        match read(storage, backup_id)? {
+        match read_named(storage, name)? {
             None => return Ok(()),
-            Some(other) if !other.is_live(now) => return Ok(()),
             Some(other)
                 if other.run_id != seen.run_id || other.heartbeat_at != seen.heartbeat_at =>
             {
-                return Err(Error::Config(format!(
-                    "backup {backup_id} is being written by another run on {}; wait for it to end or choose another backup_id",
-                    other.describe(now),
-                )));
+                if other.may_be_taken(now, timing) {
+                    return Ok(());
+                }
+                return Err(refused(name, &other, now));
+            }
+            Some(other) if other.may_be_taken(now, timing) => {
+                log::warn!(
+                    "{}: the run on {} is gone or stopped renewing its lock; taking the lock over",
+                    name.label,
+                    other.describe(now)
+                );
+                return Ok(());
             }
             Some(_) => {}
         }
     }
-    log::warn!(
-        "backup {backup_id}: the heartbeat of the run on {} stood still for {} s; taking its lock over",
-        seen.describe(now_ms()),
-        TAKEOVER_AFTER.as_secs()
-    );
-    Ok(())
 }
 
 /// What the heartbeat thread and the run share.
 struct Shared {
     storage: Arc<dyn Storage>,
-    backup_id: String,
-    info: Mutex<LockInfo>,
+    name: LockName,
+    timing: Timing,
+    held: Mutex<Held>,
     /// Set by [`RunLock`]'s release; the condvar wakes the heartbeat thread at once.
     stop: Mutex<bool>,
     wake: Condvar,
@@ -189,48 +284,88 @@ struct Shared {
     lost_flag: AtomicBool,
 }
 
+/// The lock as this run last wrote it.
+struct Held {
+    info: LockInfo,
+    version: ObjectVersion,
+    /// When a write of it last succeeded.
+    renewed: Instant,
+}
+
 impl Shared {
-    fn write(&self, info: &LockInfo) -> Result<()> {
-        let json = serde_json::to_vec_pretty(info)
-            .map_err(|e| Error::Serialization(format!("run lock: {e}")))?;
-        self.storage.put_bytes(&lock_key(&self.backup_id), &json)
+    fn json(info: &LockInfo) -> Result<Vec<u8>> {
+        serde_json::to_vec_pretty(info).map_err(|e| Error::Serialization(format!("run lock: {e}")))
     }
 
-    /// One heartbeat: reads the lock back (another run may have taken it over), then writes
-    /// the new beat. Storage failures are logged and retried at the next beat.
-    fn beat(&self) {
-        let mine = self
-            .info
-            .lock()
-            .map(|i| i.run_id.clone())
-            .unwrap_or_default();
-        match read(self.storage.as_ref(), &self.backup_id) {
-            Ok(Some(other)) if other.run_id != mine => {
-                let why = format!(
-                    "another run took over backup {} ({}); this run stops",
-                    self.backup_id,
-                    other.describe(now_ms())
-                );
-                log::error!("{why}");
-                if let Ok(mut lost) = self.lost.lock() {
-                    *lost = Some(why);
-                }
-                self.lost_flag.store(true, Ordering::Relaxed);
-                return;
-            }
-            Ok(_) => {}
-            Err(e) => log::warn!("run lock of backup {}: {e}", self.backup_id),
+    fn lose(&self, why: String) {
+        log::error!("{why}");
+        if let Ok(mut lost) = self.lost.lock() {
+            lost.get_or_insert(why);
         }
-        let info = match self.info.lock() {
-            Ok(mut i) => {
-                i.heartbeat_at = now_ms();
-                i.clone()
+        self.lost_flag.store(true, Ordering::Relaxed);
+    }
+
+    /// Writes `update`d info over the version this run holds. A refused write means another
+    /// run holds the lock now, unless what is stored is this run's own (a retried request whose
+    /// first attempt landed). Storage failures are logged and retried at the next beat.
+    fn renew(&self, update: impl FnOnce(&mut LockInfo)) -> bool {
+        let key = &self.name.key;
+        let (info, version) = match self.held.lock() {
+            Ok(mut h) => {
+                update(&mut h.info);
+                (h.info.clone(), h.version.clone())
             }
-            Err(_) => return,
+            Err(_) => return false,
         };
-        if let Err(e) = self.write(&info) {
-            log::warn!("run lock heartbeat of backup {}: {e}", self.backup_id);
+        let written =
+            Self::json(&info).and_then(|json| self.storage.put_bytes_if(key, &json, &version));
+        let new_version = match written {
+            Ok(Conditional::Written(v)) => v,
+            Ok(Conditional::Refused) => match read_versioned(self.storage.as_ref(), &self.name) {
+                Ok(Some((Some(stored), v))) if stored.run_id == info.run_id => v,
+                Ok(other) => {
+                    let now = now_ms();
+                    let by = match other {
+                        Some((Some(o), _)) => o.describe(now),
+                        _ => "a lock that is gone or damaged".to_string(),
+                    };
+                    self.lose(format!(
+                        "another run took over {} ({by}); this run stops",
+                        self.name.label
+                    ));
+                    return false;
+                }
+                Err(e) => {
+                    log::warn!("run lock of {}: {e}", self.name.label);
+                    return false;
+                }
+            },
+            Err(e) => {
+                log::warn!("run lock heartbeat of {}: {e}", self.name.label);
+                return false;
+            }
+        };
+        if let Ok(mut h) = self.held.lock() {
+            h.version = new_version;
+            h.renewed = Instant::now();
         }
+        true
+    }
+
+    /// Why this run must stop writing, if it must: it lost the lock, or has not renewed it
+    /// within the lease.
+    fn stop_reason(&self) -> Option<String> {
+        if self.lost_flag.load(Ordering::Relaxed) {
+            return self.lost.lock().ok().and_then(|l| l.clone());
+        }
+        let renewed = self.held.lock().ok()?.renewed;
+        (renewed.elapsed() > self.timing.lease).then(|| {
+            format!(
+                "the run lock of {} was not renewed for {} s (the storage does not answer): this run stops before another may take the backup over",
+                self.name.label,
+                renewed.elapsed().as_secs()
+            )
+        })
     }
 }
 
@@ -242,20 +377,34 @@ pub struct RunLock {
 }
 
 impl RunLock {
-    /// Takes the lock of `backup_id` and starts the heartbeat.
-    ///
-    /// A live-looking lock of another run is watched first (see [`wait_for_other_run`], up to
-    /// [`TAKEOVER_AFTER`]).
+    /// Takes the lock of `backup_id` (timing from [`Timing::from_env`]) and starts the
+    /// heartbeat: created when absent; else, once the other run's lock may be taken (see
+    /// [`wait_for_other_run`]), replaced at the version seen. Both writes are conditional, so
+    /// of two runs starting at once one gets the lock.
     ///
     /// Errors: `Configuration error: backup <id> is being written by another run on host ...`
-    /// while another run's heartbeat moves (exit 2: wait for it, or choose another backup_id);
-    /// storage errors when the lock cannot be written (the storage refuses writes).
+    /// while another run's heartbeat moves, or when another run took the lock first (exit 2:
+    /// wait for it, or choose another backup_id); storage errors when the lock cannot be
+    /// written (the storage refuses writes, or does not support conditional writes).
     pub fn acquire(storage: Arc<dyn Storage>, backup_id: &str) -> Result<RunLock> {
-        if let Some(other) = read(storage.as_ref(), backup_id)? {
-            if other.is_live(now_ms()) {
-                wait_for_other_run(storage.as_ref(), backup_id, other)?;
-            }
-        }
+        Self::acquire_named(storage, LockName::backup(backup_id), Timing::from_env())
+    }
+
+    /// [`RunLock::acquire`] with the given timing.
+    pub fn acquire_with(
+        storage: Arc<dyn Storage>,
+        backup_id: &str,
+        timing: Timing,
+    ) -> Result<RunLock> {
+        Self::acquire_named(storage, LockName::backup(backup_id), timing)
+    }
+
+    /// [`RunLock::acquire`] of the lock `name` (a part's of a sharded backup), with `timing`.
+    pub fn acquire_named(
+        storage: Arc<dyn Storage>,
+        name: LockName,
+        timing: Timing,
+    ) -> Result<RunLock> {
         let now = now_ms();
         let host = host_name();
         let pid = std::process::id();
@@ -268,29 +417,66 @@ impl RunLock {
             heartbeat_at: now,
             ended_at: None,
         };
+        let key = name.key.clone();
+        let json = Shared::json(&info)?;
+        let mut version = None;
+        // Each pass either takes the lock or sees another run take it: a few at most.
+        for _ in 0..5 {
+            if let Conditional::Written(v) = storage.put_bytes_new(&key, &json)? {
+                version = Some(v);
+                break;
+            }
+            let Some((other, seen)) = read_versioned(storage.as_ref(), &name)? else {
+                continue;
+            };
+            if let Some(other) = &other {
+                if !other.may_be_taken(now_ms(), &timing) {
+                    wait_for_other_run(storage.as_ref(), &name, other, &timing)?;
+                    continue;
+                }
+            }
+            match storage.put_bytes_if(&key, &json, &seen)? {
+                Conditional::Written(v) => {
+                    version = Some(v);
+                    break;
+                }
+                Conditional::Refused => continue,
+            }
+        }
+        let Some(version) = version else {
+            let now = now_ms();
+            return Err(match read_named(storage.as_ref(), &name)? {
+                Some(other) => refused(&name, &other, now),
+                None => Error::Storage(format!("{key}: the run lock could not be taken")),
+            });
+        };
         let shared = Arc::new(Shared {
             storage,
-            backup_id: backup_id.to_string(),
-            info: Mutex::new(info.clone()),
+            name,
+            timing,
+            held: Mutex::new(Held {
+                info,
+                version,
+                renewed: Instant::now(),
+            }),
             stop: Mutex::new(false),
             wake: Condvar::new(),
             lost: Mutex::new(None),
             lost_flag: AtomicBool::new(false),
         });
-        shared.write(&info)?;
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("run-lock".into())
             .spawn(move || loop {
                 let Ok(stopped) = s.stop.lock() else { return };
-                let Ok((stopped, _)) = s.wake.wait_timeout(stopped, HEARTBEAT_INTERVAL) else {
+                let Ok((stopped, _)) = s.wake.wait_timeout(stopped, s.timing.heartbeat) else {
                     return;
                 };
                 if *stopped {
                     return;
                 }
                 drop(stopped);
-                s.beat();
+                s.renew(|i| i.heartbeat_at = now_ms());
                 if s.lost_flag.load(Ordering::Relaxed) {
                     return;
                 }
@@ -302,12 +488,20 @@ impl RunLock {
         })
     }
 
-    /// Why this run lost its lock to another run, once it has: the run must stop.
+    /// Why this run must stop, once it must: another run took the lock over, or the lock has
+    /// not been renewed within the lease.
     pub fn lost(&self) -> Option<String> {
-        if !self.shared.lost_flag.load(Ordering::Relaxed) {
-            return None;
+        self.shared.stop_reason()
+    }
+
+    /// Before a write that only the lock's holder may make (a segment, the manifest, a
+    /// delete): `Ok(())` while this run holds its lock. Errors: `Storage error: ...` with
+    /// [`RunLock::lost`]'s reason.
+    pub fn check(&self) -> Result<()> {
+        match self.lost() {
+            None => Ok(()),
+            Some(why) => Err(Error::Storage(why)),
         }
-        self.shared.lost.lock().ok().and_then(|l| l.clone())
     }
 
     /// Stops the heartbeat and writes `ended_at` (unless another run holds the lock now).
@@ -327,20 +521,16 @@ impl RunLock {
         if self.shared.lost_flag.load(Ordering::Relaxed) {
             return;
         }
-        let info = match self.shared.info.lock() {
-            Ok(mut i) => {
-                let now = now_ms();
-                i.heartbeat_at = now;
-                i.ended_at = Some(now);
-                i.clone()
-            }
-            Err(_) => return,
-        };
-        if let Err(e) = self.shared.write(&info) {
+        let now = now_ms();
+        if !self.shared.renew(|i| {
+            i.heartbeat_at = now;
+            i.ended_at = Some(now);
+        }) && !self.shared.lost_flag.load(Ordering::Relaxed)
+        {
             log::warn!(
-                "run lock of backup {}: cannot mark the run ended ({e}); it reads as running for {} s more",
-                self.shared.backup_id,
-                STALE_AFTER_MS / 1000
+                "run lock of {}: cannot mark the run ended; it reads as running for {} s more",
+                self.shared.name.label,
+                self.shared.timing.lease.as_secs()
             );
         }
     }
@@ -396,16 +586,34 @@ mod tests {
         assert!(process_alive(std::process::id()) && !process_alive(gone));
     }
 
+    /// Fast timing for tests: heartbeat 50 ms, lease 400 ms, takeover 800 ms.
+    const FAST: Timing = Timing {
+        heartbeat: Duration::from_millis(50),
+        lease: Duration::from_millis(400),
+        takeover: Duration::from_millis(800),
+    };
+
+    fn store(tag: u32) -> Arc<dyn Storage> {
+        MemoryStorage::named(&format!("lock-test-{}-{tag}", std::process::id()))
+    }
+
     #[test]
-    fn a_lock_whose_heartbeat_stands_still_is_taken_over() {
-        let storage: Arc<dyn Storage> = MemoryStorage::named(&format!("lock-test-{}", line!()));
-        let frozen = info(now_ms(), None);
+    fn a_lock_whose_heartbeat_stands_still_is_taken_over_once_it_is_old() {
+        let storage = store(line!());
+        let frozen = LockInfo {
+            host: "elsewhere".into(),
+            ..info(now_ms(), None)
+        };
         storage
             .put_bytes(&lock_key("b"), &serde_json::to_vec(&frozen).unwrap())
             .unwrap();
         let t = std::time::Instant::now();
-        let lock = RunLock::acquire(storage.clone(), "b").expect("taken over");
-        assert!(t.elapsed() >= TAKEOVER_AFTER, "watched the heartbeat first");
+        let lock = RunLock::acquire_with(storage.clone(), "b", FAST).expect("taken over");
+        assert!(
+            t.elapsed() >= FAST.takeover - Duration::from_millis(50),
+            "{:?}",
+            t.elapsed()
+        );
         let now = read(storage.as_ref(), "b").unwrap().unwrap();
         assert_eq!(now.pid, std::process::id());
         lock.release();
@@ -413,51 +621,75 @@ mod tests {
 
     #[test]
     fn a_live_lock_refuses_a_second_run_and_an_ended_one_does_not() {
-        let storage: Arc<dyn Storage> = MemoryStorage::named(&format!("lock-test-{}", line!()));
-        let first = RunLock::acquire(storage.clone(), "b").expect("first");
+        let storage = store(line!());
+        let first = RunLock::acquire_with(storage.clone(), "b", FAST).expect("first");
         let live = read(storage.as_ref(), "b").unwrap().expect("lock written");
         assert!(live.is_live(now_ms()) && live.ended_at.is_none());
-        // The first run's heartbeat moves while the second waits: refused.
-        let t = std::time::Instant::now();
-        let err = RunLock::acquire(storage.clone(), "b")
+        // The first run's heartbeat moves while the second watches: refused.
+        let err = RunLock::acquire_with(storage.clone(), "b", FAST)
             .err()
             .expect("refused");
-        assert!(t.elapsed() >= HEARTBEAT_INTERVAL, "waited for a heartbeat");
         assert!(
             err.to_string().starts_with(
                 "Configuration error: backup b is being written by another run on host "
             ),
             "{err}"
         );
+        assert!(first.lost().is_none(), "the second run wrote nothing");
         first.release();
         let ended = read(storage.as_ref(), "b").unwrap().unwrap();
         assert!(ended.ended_at.is_some() && !ended.is_live(now_ms()));
-        RunLock::acquire(storage.clone(), "b")
+        RunLock::acquire_with(storage.clone(), "b", FAST)
             .expect("after the end")
             .release();
     }
 
     #[test]
+    fn of_two_runs_starting_at_once_one_takes_the_lock() {
+        let storage = store(line!());
+        let won = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let (storage, won) = (storage.clone(), &won);
+                s.spawn(move || {
+                    if let Ok(lock) = RunLock::acquire_with(storage, "race", FAST) {
+                        won.fetch_add(1, Ordering::Relaxed);
+                        // Hold it while the others try.
+                        std::thread::sleep(FAST.takeover / 2);
+                        std::mem::forget(lock);
+                    }
+                });
+            }
+        });
+        assert_eq!(won.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
     fn a_stale_or_damaged_lock_is_no_lock() {
-        let storage: Arc<dyn Storage> = MemoryStorage::named(&format!("lock-test-{}", line!()));
-        let stale = info(now_ms() - STALE_AFTER_MS - 1, None);
+        let storage = store(line!());
+        let stale = LockInfo {
+            host: "elsewhere".into(),
+            ..info(now_ms() - FAST.takeover.as_millis() as i64 - 1, None)
+        };
         storage
             .put_bytes(&lock_key("b"), &serde_json::to_vec(&stale).unwrap())
             .unwrap();
-        RunLock::acquire(storage.clone(), "b")
+        let t = std::time::Instant::now();
+        RunLock::acquire_with(storage.clone(), "b", FAST)
             .expect("stale lock")
             .release();
+        assert!(t.elapsed() < FAST.takeover, "taken at once");
         storage.put_bytes(&lock_key("c"), b"{not json").unwrap();
         assert_eq!(read(storage.as_ref(), "c").unwrap(), None);
-        RunLock::acquire(storage.clone(), "c")
+        RunLock::acquire_with(storage.clone(), "c", FAST)
             .expect("damaged lock")
             .release();
     }
 
     #[test]
     fn a_taken_over_lock_is_noticed_and_left_alone() {
-        let storage: Arc<dyn Storage> = MemoryStorage::named(&format!("lock-test-{}", line!()));
-        let lock = RunLock::acquire(storage.clone(), "b").expect("lock");
+        let storage = store(line!());
+        let lock = RunLock::acquire_with(storage.clone(), "b", FAST).expect("lock");
         let other = LockInfo {
             run_id: "other-2-5".into(),
             ..info(now_ms(), None)
@@ -465,16 +697,90 @@ mod tests {
         storage
             .put_bytes(&lock_key("b"), &serde_json::to_vec(&other).unwrap())
             .unwrap();
-        lock.shared.beat();
+        lock.shared.renew(|i| i.heartbeat_at = now_ms());
         assert!(lock
             .lost()
             .unwrap()
             .contains("another run took over backup b"));
+        assert!(lock
+            .check()
+            .unwrap_err()
+            .to_string()
+            .starts_with("Storage error: another run took over backup b"));
         lock.release();
         assert_eq!(
             read(storage.as_ref(), "b").unwrap(),
             Some(other),
             "not overwritten"
         );
+    }
+
+    /// A storage whose conditional replaces hang while `stalled` is set.
+    struct Stalling {
+        inner: Arc<dyn Storage>,
+        stalled: AtomicBool,
+    }
+
+    impl Storage for Stalling {
+        fn put_file(&self, k: &str, p: &std::path::Path) -> Result<()> {
+            self.inner.put_file(k, p)
+        }
+        fn put_bytes(&self, k: &str, d: &[u8]) -> Result<()> {
+            self.inner.put_bytes(k, d)
+        }
+        fn get_bytes(&self, k: &str) -> Result<Vec<u8>> {
+            self.inner.get_bytes(k)
+        }
+        fn get_to_file(&self, k: &str, p: &std::path::Path) -> Result<u64> {
+            self.inner.get_to_file(k, p)
+        }
+        fn head(&self, k: &str) -> Result<Option<u64>> {
+            self.inner.head(k)
+        }
+        fn list(&self, p: &str) -> Result<Vec<String>> {
+            self.inner.list(p)
+        }
+        fn delete(&self, k: &str) -> Result<()> {
+            self.inner.delete(k)
+        }
+        fn put_bytes_new(&self, k: &str, d: &[u8]) -> Result<Conditional> {
+            self.inner.put_bytes_new(k, d)
+        }
+        fn put_file_new(&self, k: &str, p: &std::path::Path) -> Result<Conditional> {
+            self.inner.put_file_new(k, p)
+        }
+        fn get_with_version(&self, k: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
+            self.inner.get_with_version(k)
+        }
+        fn put_bytes_if(&self, k: &str, d: &[u8], v: &ObjectVersion) -> Result<Conditional> {
+            while self.stalled.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            self.inner.put_bytes_if(k, d, v)
+        }
+        fn location(&self) -> String {
+            self.inner.location()
+        }
+    }
+
+    #[test]
+    fn a_run_that_cannot_renew_its_lock_stops_before_another_may_take_it() {
+        let stalling = Arc::new(Stalling {
+            inner: store(line!()),
+            stalled: AtomicBool::new(false),
+        });
+        let storage: Arc<dyn Storage> = stalling.clone();
+        let lock = RunLock::acquire_with(storage.clone(), "b", FAST).expect("lock");
+        std::thread::sleep(FAST.heartbeat * 3);
+        assert!(lock.check().is_ok(), "renewed");
+        stalling.stalled.store(true, Ordering::Relaxed);
+        std::thread::sleep(FAST.lease + FAST.heartbeat * 2);
+        let why = lock.check().unwrap_err().to_string();
+        assert!(why.contains("was not renewed for"), "{why}");
+        // Another run takes it only later, once the heartbeat is takeover-old.
+        let lock_info = read(storage.as_ref(), "b").unwrap().unwrap();
+        assert!(!lock_info.may_be_taken(now_ms(), &FAST) || lock_info.writer_gone());
+        stalling.stalled.store(false, Ordering::Relaxed);
+        lock.release();
     }
 }

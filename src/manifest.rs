@@ -40,6 +40,12 @@ pub struct Manifest {
     pub total_bytes: u64,
     /// Number of segment files.
     pub total_segments: u64,
+    /// In a part of a sharded backup (`{backup_id}/parts/...`, `crate::shard`): which part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::Shard>,
+    /// In a sharded backup's merged manifest: how many parts it was written in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<u32>,
 }
 
 /// The definitions file of a backup (SPEC.md "Manifest", DefinitionsBackup).
@@ -76,6 +82,14 @@ pub struct QueueBackup {
     pub first_message_timestamp: Option<i64>,
     /// backed_up_at (epoch ms) of the last message.
     pub last_message_timestamp: Option<i64>,
+    /// Messages the queue held unacknowledged by consumers when its read started (classic and
+    /// quorum queues; absent in backups made before rmq-backup recorded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_unacknowledged_at_start: Option<u64>,
+    /// Of those, the messages this backup does not hold: unacknowledged by a live consumer of
+    /// another application (`crate::backup` exits 4). Absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_left_out: Option<u64>,
 }
 
 /// One segment file (SPEC.md "Manifest", SegmentMetadata).
@@ -116,6 +130,8 @@ impl QueueBackup {
             first_message_timestamp: segments.iter().find_map(|s| s.first_timestamp),
             last_message_timestamp: segments.iter().rev().find_map(|s| s.last_timestamp),
             segments,
+            messages_unacknowledged_at_start: None,
+            messages_left_out: None,
         }
     }
 }
@@ -152,6 +168,8 @@ impl Manifest {
             total_messages: 0,
             total_bytes: 0,
             total_segments: 0,
+            shard: None,
+            parts: None,
         }
     }
 
@@ -181,6 +199,65 @@ impl Manifest {
     /// not a valid manifest.
     pub fn from_json(bytes: &[u8]) -> Result<Manifest> {
         serde_json::from_slice(bytes).map_err(|e| Error::Manifest(format!("Invalid manifest: {e}")))
+    }
+}
+
+impl Manifest {
+    /// Reads the manifest of `backup_id` from `storage` and checks that it is that backup's
+    /// and that every key it lists (segments, definitions) lies under `{backup_id}/`: a
+    /// manifest is never followed into another backup's objects (nor out of the storage:
+    /// `../` and absolute keys are refused by the storage itself).
+    ///
+    /// A sharded backup without `manifest.json` yet is read from its parts
+    /// (`crate::shard::assemble`, which writes `manifest.json` when every part is complete).
+    ///
+    /// Errors: `Storage error: Key not found: <id>/manifest.json` and the storage's;
+    /// `Manifest error: Invalid manifest: ...`; `Manifest error: <id>/manifest.json ...` when
+    /// it names another backup id or lists a key outside `{backup_id}/`.
+    pub fn read(storage: &dyn crate::storage::Storage, backup_id: &str) -> Result<Manifest> {
+        let key = manifest_key(backup_id);
+        let bytes = match storage.get_bytes(&key) {
+            Ok(bytes) => bytes,
+            // A sharded backup whose parts are not merged yet.
+            Err(Error::Storage(e)) if e.starts_with("Key not found") => {
+                return match crate::shard::assemble(storage, backup_id)? {
+                    Some(m) => Ok(m),
+                    None => Err(Error::Storage(e)),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        let m = Manifest::from_json(&bytes)?;
+        m.check_keys(&key, backup_id)?;
+        Ok(m)
+    }
+
+    /// Checks that the manifest stored at `key` is backup `backup_id`'s and lists no key
+    /// outside `{backup_id}/` (see [`Manifest::read`]).
+    ///
+    /// Errors: `Manifest error: ...` naming `key`.
+    pub fn check_keys(&self, key: &str, backup_id: &str) -> Result<()> {
+        let m = self;
+        if m.backup_id != backup_id {
+            return Err(Error::Manifest(format!(
+                "{key} is the manifest of backup {:?}, not of {backup_id:?}",
+                m.backup_id
+            )));
+        }
+        let prefix = format!("{backup_id}/");
+        let keys = m
+            .queues
+            .iter()
+            .flat_map(|q| q.segments.iter().map(|s| s.key.as_str()))
+            .chain(m.definitions.as_ref().map(|d| d.key.as_str()));
+        for k in keys {
+            if !k.starts_with(&prefix) || k.split('/').any(|c| c == ".." || c == ".") {
+                return Err(Error::Manifest(format!(
+                    "{key} lists {k:?}, which lies outside backup {backup_id}: refused before anything is read"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -302,10 +379,14 @@ mod tests {
                 message_count: 10,
                 first_message_timestamp: Some(1),
                 last_message_timestamp: Some(2),
+                messages_unacknowledged_at_start: None,
+                messages_left_out: None,
             }],
             total_messages: 10,
             total_bytes: 500,
             total_segments: 1,
+            shard: None,
+            parts: None,
         }
     }
 

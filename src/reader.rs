@@ -53,8 +53,16 @@ pub struct ReadOutcome {
     pub read: u64,
 }
 
-/// Reads up to the current depth of `queue` on `conn` with `strategy`, handing each delivery
-/// to `sink` in queue order, then gives every message back to the broker.
+/// Reads the first `depth` messages of `queue` (its ready count a moment ago) on `conn` with
+/// `strategy`, handing each delivery to `sink` in queue order, then gives every message back
+/// to the broker. `control` is a channel of `conn` for passive declares (depth checks); it may
+/// serve queue after queue (a broker error on it, such as `NOT_FOUND`, closes it).
+///
+/// A classic queue of at most [`SMALL_QUEUE`] messages is read with `basic.get` on `control`
+/// whatever the strategy, and given back with one `basic.nack(multiple, requeue)`: the same end
+/// state (every message requeued in place, `redelivered` set) without a channel opened and
+/// closed for it, which costs the broker more than the read (issue "Clusters and scale-out":
+/// thousands of small queues).
 ///
 /// `sink` may fail (storage, encoding): the read stops and the messages are still given back.
 /// `should_stop` is polled between deliveries; when it returns `Some(reason)` the read stops
@@ -62,28 +70,33 @@ pub struct ReadOutcome {
 ///
 /// Errors: AMQP errors of the broker (`NOT_FOUND - no queue ...`, `ACCESS_REFUSED ...`), a lost
 /// connection, or a queue that stays silent for 120 s while reporting ready messages.
+#[allow(clippy::too_many_arguments)]
 pub fn read_queue(
     conn: &Connection,
+    control: &Channel,
     queue: &str,
+    depth: u64,
     queue_type: QueueType,
     strategy: RequeueStrategy,
     sink: &mut dyn FnMut(Delivery) -> Result<()>,
     should_stop: &dyn Fn() -> Option<String>,
 ) -> Result<ReadOutcome> {
-    let control = conn.open_channel()?;
-    let depth = u64::from(control.queue_declare_passive(queue)?.message_count);
-    log::info!("queue {queue}: {depth} messages at start, read with strategy {strategy:?}");
+    let small = queue_type == QueueType::Classic && depth <= SMALL_QUEUE;
+    if small {
+        log::info!("queue {queue}: {depth} messages at start, read with basic.get");
+    } else {
+        log::info!("queue {queue}: {depth} messages at start, read with strategy {strategy:?}");
+    }
     let mut outcome = ReadOutcome {
         depth_at_start: depth,
         read: 0,
     };
     if depth == 0 {
-        control.close()?;
         return Ok(outcome);
     }
     let read = QueueRead {
         conn,
-        control: &control,
+        control,
         queue,
         queue_type,
         depth,
@@ -91,12 +104,11 @@ pub fn read_queue(
         should_stop,
     };
     let result = match strategy {
+        _ if small => read.small(sink, &mut outcome),
         RequeueStrategy::Cancel | RequeueStrategy::Reject => read.by_consume(sink, &mut outcome),
         RequeueStrategy::Nack | RequeueStrategy::Get => read.by_get(sink, &mut outcome),
     };
-    let closed = control.close();
     result?;
-    closed?;
     Ok(outcome)
 }
 
@@ -280,6 +292,54 @@ fn queue_drained(
 }
 
 impl QueueRead<'_> {
+    /// A small classic queue (see [`read_queue`]): `basic.get` on the control channel, then
+    /// one `basic.nack(last, multiple, requeue)`, then a passive declare that sees them back
+    /// (the broker applies the nack before it answers the declare sent after it on the same
+    /// channel).
+    fn small(
+        &self,
+        sink: &mut dyn FnMut(Delivery) -> Result<()>,
+        outcome: &mut ReadOutcome,
+    ) -> Result<()> {
+        let Self {
+            control,
+            queue,
+            depth,
+            ..
+        } = *self;
+        // The last delivery tag and the ready count its get-ok reported.
+        let mut last: Option<(u64, u32)> = None;
+        let read = (|| -> Result<()> {
+            while outcome.read < depth {
+                if let Some(reason) = (self.should_stop)() {
+                    return Err(Error::Connection(reason));
+                }
+                let Some(get) = control.basic_get(queue, false)? else {
+                    log::warn!(
+                        "queue {queue} held {depth} messages at start but only {} were left to read: another consumer took the rest",
+                        outcome.read
+                    );
+                    break;
+                };
+                last = Some((get.delivery.delivery_tag, get.message_count));
+                outcome.read += 1;
+                sink(get.delivery)?;
+            }
+            Ok(())
+        })();
+        let give_back = match last {
+            Some((tag, ready_after)) => control
+                .basic_nack(tag, true, true)
+                .and_then(|()| {
+                    wait_until_ready(control, queue, u64::from(ready_after) + outcome.read)
+                })
+                .map(drop),
+            None => Ok(()),
+        };
+        read?;
+        give_back
+    }
+
     /// `nack` and `get`: `basic.get` each message, then nack them all.
     fn by_get(
         &self,
@@ -344,6 +404,11 @@ enum GiveBack {
     NackMultiple,
 }
 
+/// Classic queues at most this deep are read with `basic.get` on the control channel (see
+/// [`read_queue`]). Small enough that the broker's requeue of a nack is immediate (it is slow
+/// for many thousands: see [`give_back_in_order`]).
+pub const SMALL_QUEUE: u64 = 64;
+
 /// Returns settled together by a quorum queue keep their order only up to this many: the
 /// broker (3.10) coalesces requeues that arrive together and applies a larger batch in hash
 /// order (measured: 150 individual nacks sent back to back came back shuffled; chunks of 30,
@@ -363,7 +428,7 @@ const RETURN_WAIT: Duration = Duration::from_secs(30);
 const RETURN_WAIT_PER_MESSAGE: Duration = Duration::from_micros(100);
 
 /// How long `n` returned messages may take to be ready again.
-fn return_wait(n: u64) -> Duration {
+pub(crate) fn return_wait(n: u64) -> Duration {
     RETURN_WAIT + RETURN_WAIT_PER_MESSAGE * u32::try_from(n).unwrap_or(u32::MAX)
 }
 

@@ -42,6 +42,9 @@ pub struct SpoolDir(PathBuf);
 
 impl SpoolDir {
     /// Creates a fresh spool directory for `job` (a backup id); removed on drop.
+    ///
+    /// Errors: `Configuration error: the spool directory <base> ... cannot be written: <why>`
+    /// (exit 2) when it cannot be created or written.
     pub fn create(job: &str) -> Result<SpoolDir> {
         let base = std::env::var_os("RMQ_BACKUP_SPOOL_DIR")
             .map(PathBuf::from)
@@ -52,12 +55,19 @@ impl SpoolDir {
             std::process::id(),
             now_ms()
         ));
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            Error::Io(format!(
-                "Cannot create spool directory {}: {e}",
-                dir.display()
-            ))
-        })?;
+        // Refused at once when segments could not be built there (before the broker is read).
+        let probe = dir.join(".probe");
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&probe, b"rmq-backup"))
+            .and_then(|()| std::fs::remove_file(&probe))
+            .map_err(|e| {
+                let _ = std::fs::remove_dir(&dir);
+                Error::Config(format!(
+                    "the spool directory {} (RMQ_BACKUP_SPOOL_DIR, default the system temp directory) cannot be written: {}",
+                    base.display(),
+                    crate::storage::io_reason(&e)
+                ))
+            })?;
         Ok(SpoolDir(dir))
     }
 

@@ -46,6 +46,20 @@ pub fn duration(d: Duration) -> String {
     }
 }
 
+/// Epoch milliseconds as `YYYY-MM-DD HH:MM:SS` UTC.
+pub fn format_ms(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// (year, month 1-12, day 1-31) of a day count since 1970-01-01, proleptic Gregorian, UTC
 /// (Howard Hinnant's `civil_from_days`).
 pub fn civil_from_days(days: i64) -> (i64, u32, u32) {

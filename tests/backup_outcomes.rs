@@ -240,7 +240,8 @@ fn a_storage_directory_without_write_permission_is_filesystem_denied() {
         &backup_yaml("den", &vh.name, &store, ""),
     );
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let bin = env!("CARGO_BIN_EXE_rmq-backup");
+    let bin = binary();
+    let bin = bin.as_str();
     let is_root = std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false);

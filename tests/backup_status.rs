@@ -59,7 +59,7 @@ fn a_backup_reads_running_while_it_runs_and_interrupted_once_killed() {
         "b.yaml",
         &backup_yaml("live", &vh.name, &store, "  requeue_strategy: get\n"),
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+    let mut child = Command::new(binary())
         .args(["backup", "--config", &cfg])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -83,7 +83,7 @@ fn a_backup_reads_running_while_it_runs_and_interrupted_once_killed() {
     assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
     // It watched the first run's heartbeat move, then refused, with the error as its last line.
     assert!(
-        stderr.contains("watching its heartbeat for up to 11 s"),
+        stderr.contains("watching its heartbeat for up to "),
         "{stderr}"
     );
     assert!(
@@ -126,22 +126,26 @@ fn a_backup_reads_running_while_it_runs_and_interrupted_once_killed() {
     ch.queue_purge("slow").unwrap();
     publish_bulk(&ch, "slow", 1_000, 64);
 
-    // A lock from another host whose heartbeat looks fresh but stands still is watched for a
-    // few heartbeats, then taken over: a rerun after a lost pod just works.
+    // A lock from another host whose heartbeat looks fresh but stands still is watched until
+    // it is takeover-old (180 s by default; 4 s here), then taken over: a rerun after a lost
+    // pod just works.
     info.heartbeat_at = rmq_backup::now_ms();
     std::fs::write(&key, serde_json::to_vec(&info).unwrap()).unwrap();
     // A run that ends (here: completes) marks its lock ended: completed at once, and the
     // lock says so.
     let t = Instant::now();
-    let out = run_cli(&["-v", "backup", "--config", &cfg]);
+    let out = run_cli_env(
+        &["-v", "backup", "--config", &cfg],
+        &[("RMQ_BACKUP_LOCK_TIMING", "200,2000,4000")],
+    );
     assert!(
-        t.elapsed() >= lock::TAKEOVER_AFTER,
+        t.elapsed() >= Duration::from_secs(3),
         "watched the frozen heartbeat"
     );
     assert!(
         text(&out)
             .1
-            .contains("stood still for 11 s; taking its lock over"),
+            .contains("is gone or stopped renewing its lock; taking the lock over"),
         "{:?}",
         text(&out)
     );

@@ -227,7 +227,7 @@ fn trace_output_never_shows_a_password() {
         vec!["-vv", "backup", "--config", &b],
         vec!["restore", "--config", &r, "-v", "-v"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+        let out = Command::new(binary())
             .args(&args)
             .env("RMQB_TRACE_TEST_PASSWORD", &password)
             .env_remove("RUST_LOG")
@@ -262,7 +262,7 @@ fn trace_output_never_shows_a_password() {
         "b2.yaml",
         &bad.replace("backup_id: t", "backup_id: t2"),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+    let out = Command::new(binary())
         .args(["backup", "--config", &b2, "-vv"])
         .env("RMQB_TRACE_TEST_PASSWORD", &password)
         .output()
@@ -358,7 +358,7 @@ fn trace_output_never_shows_any_credential_field() {
                 .unwrap_or("");
             let want = match (*backend, mode) {
                 ("s3", "backup") => {
-                    "Storage error: Failed to head backup/manifest.json: 403 Forbidden"
+                    "Storage error: Failed to get backup/manifest.json: 403 Forbidden"
                 }
                 ("s3", _) => "Storage error: Failed to get restore/manifest.json: 403 Forbidden",
                 ("azure", _) => "Storage error: ",

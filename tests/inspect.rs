@@ -225,3 +225,54 @@ fn list_describe_validate_and_every_damage() {
         "Storage error: Key not found: nope/manifest.json"
     );
 }
+
+/// Issue "Defects found by test and review": a manifest whose segment key points into another
+/// backup's prefix is refused before anything is fetched or published, by validate and restore.
+#[test]
+fn a_manifest_key_into_another_backup_is_refused() {
+    let (vh, dir, store, id) = small_backup("foreign-key");
+    // A second backup beside it, whose segment the first manifest is made to list.
+    let cfg = write_config(
+        dir.path(),
+        "b2.yaml",
+        &backup_yaml("other", &vh.name, &store, ""),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let other = segments(&store, "other");
+    let foreign = other[0].strip_prefix(&store).unwrap().display().to_string();
+    let path = store.join(&id).join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["queues"][0]["segments"][0]["key"] = serde_json::Value::String(foreign.clone());
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+
+    let url = format!("file://{}", store.display());
+    let out = run_cli(&["validate", "--path", &url, "--backup-id", &id, "--deep"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "Manifest error: {id}/manifest.json lists {foreign:?}, which lies outside backup {id}: refused before anything is read"
+        )
+    );
+    let target = vh.sibling("target");
+    let r = write_config(
+        dir.path(),
+        "r.yaml",
+        &restore_yaml(
+            &id,
+            &store,
+            &format!(
+                "  publish_mode: direct-to-queue\n  restore_definitions: true\n  vhost_mapping:\n    \"{}\": \"{target}\"\n",
+                vh.name
+            ),
+        ),
+    );
+    let out = run_cli(&["restore", "--config", &r]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("lies outside backup"), "{stderr}");
+    // Nothing was imported or published: the target vhost does not exist.
+    assert!(management().get_queue(&target, "q one").is_err());
+}

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use rmq_backup::amqp::FieldTable;
 use rmq_backup::config::Config;
-use rmq_backup::storage::{self, Storage};
+use rmq_backup::storage::{self, Conditional, ObjectVersion, Storage};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +52,24 @@ impl Storage for SlowStorage {
     }
     fn delete(&self, key: &str) -> rmq_backup::Result<()> {
         self.0.delete(key)
+    }
+    fn put_bytes_new(&self, key: &str, data: &[u8]) -> rmq_backup::Result<Conditional> {
+        self.0.put_bytes_new(key, data)
+    }
+    fn put_file_new(&self, key: &str, path: &Path) -> rmq_backup::Result<Conditional> {
+        SlowStorage::pause(key);
+        self.0.put_file_new(key, path)
+    }
+    fn get_with_version(&self, key: &str) -> rmq_backup::Result<Option<(Vec<u8>, ObjectVersion)>> {
+        self.0.get_with_version(key)
+    }
+    fn put_bytes_if(
+        &self,
+        key: &str,
+        data: &[u8],
+        version: &ObjectVersion,
+    ) -> rmq_backup::Result<Conditional> {
+        self.0.put_bytes_if(key, data, version)
     }
     fn location(&self) -> String {
         self.0.location()

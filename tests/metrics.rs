@@ -53,7 +53,7 @@ struct Running {
 }
 
 fn spawn(args: &[&str]) -> Running {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+    let mut child = Command::new(binary())
         .args(args)
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())

@@ -5,19 +5,11 @@
 
 mod common;
 
+use common::buckets::*;
 use common::*;
 use rmq_backup::amqp::FieldTable;
 use rmq_backup::storage::Storage;
 use std::sync::atomic::{AtomicU32, Ordering};
-
-fn unique(tag: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "rmqb-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 /// An S3 bucket on SeaweedFS for one test, emptied and deleted on drop.
 struct Backend<'a> {
@@ -205,7 +197,7 @@ fn s3_errors_name_the_cause_without_secrets() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("Storage error: Failed to head denied/manifest.json: 403 Forbidden"),
+        stderr.contains("Storage error: Failed to get denied/manifest.json: 403 Forbidden"),
         "{stderr}"
     );
     assert!(!stdout.contains("not-the-secret-4711") && !stderr.contains("not-the-secret-4711"));
@@ -239,7 +231,7 @@ fn s3_errors_name_the_cause_without_secrets() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("Storage error: Failed to put denied/state/lock.json: NoSuchBucket"),
+        stderr.contains("Storage error: Failed to get denied/manifest.json: NoSuchBucket"),
         "{stderr}"
     );
     // An endpoint where nothing listens.
@@ -297,43 +289,6 @@ fn s3_over_tls_trusts_a_private_ca_from_ssl_cert_file() {
 }
 
 /// Azurite's well-known development account (public, documented by Microsoft).
-const AZ_ACCOUNT: &str = "devstoreaccount1";
-const AZ_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
-const AZ_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
-
-/// A container on Azurite for one test, deleted with its blobs on drop.
-struct AzContainer(rmq_backup::storage::azure::AzureBlobStorage, String);
-
-impl AzContainer {
-    fn new(tag: &str) -> AzContainer {
-        use rmq_backup::storage::azure::{AzureBlobStorage, AzureOptions};
-        let name = unique(tag);
-        let cfg = rmq_backup::config::AzureStorage {
-            account_name: AZ_ACCOUNT.into(),
-            container_name: name.clone(),
-            account_key: Some(rmq_backup::config::Secret::new(AZ_KEY)),
-            prefix: None,
-            endpoint: Some(AZ_ENDPOINT.into()),
-            use_workload_identity: None,
-            client_id: None,
-            tenant_id: None,
-            client_secret: None,
-            sas_token: None,
-        };
-        let opts = AzureOptions::from_config(&cfg, &|_| None).expect("options");
-        let s = AzureBlobStorage::new(opts).expect("Azurite (scripts/setup-storage.sh)");
-        s.create_container().expect("create container");
-        AzContainer(s, name)
-    }
-}
-
-impl Drop for AzContainer {
-    fn drop(&mut self) {
-        let _ = self.0.delete_container();
-    }
-}
-
 #[test]
 fn azure_round_trip_through_azurite() {
     let c = AzContainer::new("e2e");
@@ -384,7 +339,7 @@ fn azure_errors_name_the_cause_without_secrets() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("Storage error: Failed to put denied/state/lock.json: ContainerNotFound"),
+        stderr.contains("Storage error: Failed to get denied/manifest.json: ContainerNotFound"),
         "{stderr}"
     );
     // A wrong key: denied, and the key never shows, even at -vv.
@@ -458,38 +413,6 @@ fn azure_errors_name_the_cause_without_secrets() {
         "{stderr}"
     );
     assert!(!stderr.contains(AZ_KEY));
-}
-
-const GCS_ENDPOINT: &str = "http://127.0.0.1:4443";
-
-/// A bucket on fake-gcs-server for one test, emptied and deleted on drop.
-struct GcsBucket(String);
-
-impl GcsBucket {
-    fn new(tag: &str) -> GcsBucket {
-        let name = unique(tag);
-        ureq::post(&format!("{GCS_ENDPOINT}/storage/v1/b?project=test"))
-            .send_json(serde_json::json!({ "name": name }))
-            .unwrap_or_else(|e| panic!("create bucket {name} (scripts/setup-storage.sh): {e}"));
-        GcsBucket(name)
-    }
-
-    fn storage(&self) -> std::sync::Arc<dyn rmq_backup::storage::Storage> {
-        use rmq_backup::storage::gcs::{Credentials, GcsBackend, GcsOptions};
-        let mut opts = GcsOptions::new(&self.0, Credentials::Anonymous);
-        opts.endpoint = Some(GCS_ENDPOINT.into());
-        std::sync::Arc::new(GcsBackend::new(opts).expect("fake-gcs-server"))
-    }
-}
-
-impl Drop for GcsBucket {
-    fn drop(&mut self) {
-        let s = self.storage();
-        for k in s.list("").unwrap_or_default() {
-            let _ = s.delete(&k);
-        }
-        let _ = ureq::delete(&format!("{GCS_ENDPOINT}/storage/v1/b/{}", self.0)).call();
-    }
 }
 
 #[test]

@@ -67,6 +67,34 @@ fn the_example_configurations_are_valid() {
 }
 
 #[test]
+fn the_indexed_job_runs_one_part_per_completion() {
+    let k8s = std::fs::read_to_string(root().join("packaging/k8s/indexed-job.yaml")).unwrap();
+    let docs: Vec<serde_json::Value> = k8s
+        .split("\n---\n")
+        .map(|d| serde_norway::from_str(d).expect("YAML"))
+        .collect();
+    let c = load(
+        docs[0]["data"]["backup.yaml"]
+            .as_str()
+            .expect("backup.yaml"),
+    );
+    let shard = c.backup.shard.as_ref().expect("backup.shard");
+    assert_eq!(
+        shard.index, None,
+        "the index comes from JOB_COMPLETION_INDEX"
+    );
+    assert_eq!(c.source.as_ref().unwrap().amqp_url.all().len(), 3);
+    let job = &docs[1]["spec"]["jobTemplate"]["spec"];
+    assert_eq!(job["completionMode"], "Indexed");
+    assert_eq!(job["completions"], shard.count);
+    assert_eq!(job["parallelism"], shard.count);
+    let spec = &job["template"]["spec"];
+    assert!(spec["affinity"]["podAntiAffinity"].is_object());
+    let env = spec["containers"][0]["env"].as_array().unwrap();
+    assert!(env.iter().any(|e| e["name"] == "BACKUP_JOB"));
+}
+
+#[test]
 fn the_debian_package_installs_and_its_units_verify() {
     let deb = script_output_path("build-deb.sh");
     let (ok, listing) = run("dpkg-deb", &["-c", &deb]);

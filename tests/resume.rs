@@ -586,7 +586,8 @@ fn an_s3_key_the_storage_refuses_fails_the_run_and_leaves_it_incomplete() {
         ),
     );
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let bin = env!("CARGO_BIN_EXE_rmq-backup");
+    let bin = binary();
+    let bin = bin.as_str();
     let mut cmd = if is_root {
         let mut c = Command::new("setpriv");
         c.args([
@@ -733,7 +734,8 @@ fn an_unwritable_db_path_is_a_clear_error() {
         ),
     );
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let bin = env!("CARGO_BIN_EXE_rmq-backup");
+    let bin = binary();
+    let bin = bin.as_str();
     let mut cmd = if is_root {
         let mut c = Command::new("setpriv");
         c.args([

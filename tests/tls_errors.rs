@@ -269,7 +269,32 @@ fn bad_files_fail_before_any_connection() {
                 "client-ec.pkcs8.key) does not match the certificate in source.tls.client_cert (",
             ],
         ),
+        // Issue 20: a client certificate signed the common way (`openssl x509 -req` without
+        // an extension file) is X.509 v1: said in plain words, with how to re-issue it.
+        (
+            TlsConfig {
+                ca_cert: Some(file("ca.pem")),
+                client_cert: Some(file("client-v1.pem")),
+                client_key: Some(file("client.pkcs8.key")),
+                ..Default::default()
+            },
+            vec![
+                "Configuration error: source.tls.client_cert (",
+                "client-v1.pem) is an X.509 v1 certificate (what `openssl x509 -req` makes without an extension file), which TLS clients do not accept: re-issue it as v3 with extendedKeyUsage=clientAuth, e.g. `openssl x509 -req",
+            ],
+        ),
     ];
+    // The same key with the v3 certificate is accepted.
+    TlsClient::load(
+        Some(&TlsConfig {
+            ca_cert: Some(file("ca.pem")),
+            client_cert: Some(file("client.pem")),
+            client_key: Some(file("client.pkcs8.key")),
+            ..Default::default()
+        }),
+        "source.tls",
+    )
+    .expect("a v3 client certificate");
     for (c, parts) in cases {
         let e = TlsClient::load(Some(&c), "source.tls")
             .expect_err("bad TLS files")

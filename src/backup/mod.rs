@@ -15,12 +15,17 @@
 //! - `queue`: one queue's connection, read and record batches;
 //! - `segments`: encoding, compression into segments, rotation, and the uploaders.
 
+mod alarm;
+mod conns;
 mod queue;
 mod resume;
+mod retry;
+mod run_state;
 mod segments;
 mod select;
 mod stream;
 mod stream_amqp;
+mod unacked;
 
 use crate::checkpoint::{self, Checkpoints};
 use crate::config::{BackupOptions, Config, SourceConfig};
@@ -28,19 +33,22 @@ use crate::definitions;
 use crate::error::{Error, Result};
 use crate::lock::RunLock;
 use crate::management::{ManagementClient, QueueInfo};
-use crate::manifest::{self, Manifest, QueueBackup};
+use crate::manifest::{Manifest, QueueBackup};
 use crate::metrics;
+use crate::nodes::Nodes;
 use crate::now_ms;
 use crate::progress;
 use crate::segment::Compression;
+use crate::shard::Shard;
 use crate::spool::{spawn_named, SpoolDir};
 use crate::storage::Storage;
 use crossbeam_channel::bounded;
 use queue::backup_queue;
+use run_state::{refuse_to_overwrite, trust_checkpoints, Found, ManifestWriter, Target};
 use segments::{uploader, Upload};
 use select::select_queues;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,6 +72,29 @@ impl std::fmt::Display for SkippedQueue {
     }
 }
 
+/// Messages of a queue that the backup does not hold although the queue had them at the start:
+/// unacknowledged by a live consumer of another application (`unacked`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    pub vhost: String,
+    pub name: String,
+    /// The management API's type name (`classic`, `quorum`).
+    pub queue_type: String,
+    /// Messages left out.
+    pub messages: u64,
+    pub reason: String,
+}
+
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "queue {} in vhost {} ({}): {} message(s) left out: {}",
+            self.name, self.vhost, self.queue_type, self.messages, self.reason
+        )
+    }
+}
+
 /// What a backup run did, for the final summary.
 #[derive(Debug, Clone, Default)]
 pub struct BackupSummary {
@@ -77,6 +108,9 @@ pub struct BackupSummary {
     /// types): the backup is complete for every other queue, and the command exits with
     /// [`crate::cli::EXIT_SKIPPED`] so that cron and Kubernetes notice.
     pub skipped: Vec<SkippedQueue>,
+    /// Queues backed up without some of their messages (see [`LeftOut`]): the command exits
+    /// with [`crate::cli::EXIT_SKIPPED`] too.
+    pub left_out: Vec<LeftOut>,
     /// Queues deleted on the broker after they were listed (`"queue <q> in vhost <v>"`): nothing
     /// is left of them to back up, so they do not change the exit code.
     pub deleted: Vec<String>,
@@ -103,61 +137,113 @@ fn run_job(
     let source = cfg.require_source()?;
     let opts = &cfg.backup;
     let backup_id = cfg.backup_id.as_str();
-    refuse_to_overwrite(storage.as_ref(), backup_id)?;
+    let target = Target {
+        backup_id: backup_id.to_string(),
+        shard: opts.shard.as_ref().map(Shard::from_config).transpose()?,
+    };
+    if let Found::PartComplete = refuse_to_overwrite(storage.as_ref(), &target)? {
+        return part_complete(storage.as_ref(), &target, started);
+    }
+    // Before the broker is touched: segments are built here.
+    let spool = SpoolDir::create(backup_id)?;
     if let Some(n) = opts.prefetch_count {
         log::warn!(
             "backup.prefetch_count is {n} but is not used: a one-shot backup must hold a queue's whole depth unacknowledged, so each consumer's prefetch is sized to the messages it must hold (up to 65,535, more consumers beyond)"
         );
     }
 
-    let (amqp_url, tls) = crate::tls::resolve(
+    if opts.checkpoint_interval_secs.is_some() {
+        log::warn!(
+            "backup.checkpoint_interval_secs is set but has no effect: a backup records its progress at every stored segment (segment_max_bytes and segment_max_interval_ms bound what a killed run reads again)"
+        );
+    }
+    let resolved = crate::tls::resolve(
         &source.amqp_url,
         Some(&source.management_url),
         source.tls.as_ref(),
         "source.tls",
     )?;
-    let mgmt = ManagementClient::new(
-        &source.management_url,
+    let mgmt = ManagementClient::for_nodes(
+        source.management_url.all(),
         &source.management_username,
         source.management_password.expose(),
-        tls.as_deref(),
+        resolved.management.as_deref(),
     )?;
     let mut manifest = Manifest::new(backup_id, now_ms());
+    manifest.shard = target.shard;
     let overview = mgmt.overview()?;
+    let nodes = if source.node_local_reads {
+        Nodes::with_locality(resolved.urls, &overview.listeners, &source.node_addresses)?
+    } else {
+        Nodes::new(resolved.urls)
+    };
     manifest.source_cluster = overview.cluster_name;
     manifest.broker_version = overview.broker_version;
-    check_memory_headroom(&mgmt)?;
+    alarm::check_headroom(&mgmt)?;
     // The lock's heartbeat tells a running backup from an interrupted one, and keeps a second
     // run off this backup id while this one lives.
-    let lock = RunLock::acquire(storage.clone(), backup_id)?;
+    let lock = RunLock::acquire_named(
+        storage.clone(),
+        target.lock_name(),
+        crate::lock::Timing::from_env(),
+    )?;
     // Again under the lock: a run this one waited for may have completed the backup meanwhile.
-    let interrupted_before = refuse_to_overwrite(storage.as_ref(), backup_id)?;
-    if interrupted_before {
+    let interrupted = match refuse_to_overwrite(storage.as_ref(), &target)? {
+        Found::PartComplete => {
+            lock.release();
+            return part_complete(storage.as_ref(), &target, started);
+        }
+        Found::Interrupted(i) => Some(*i),
+        Found::Nothing => None,
+    };
+    if let Some(earlier) = &interrupted {
         log::warn!(
-            "backup {backup_id} in {} was interrupted earlier; it is written again from the start",
+            "{} in {} was interrupted earlier; it is written again from the start",
+            target.label(),
             storage.location()
         );
+        // Still the backup created then: its checkpoint database is trusted for it alone.
+        manifest.created_at = earlier.manifest.created_at;
     }
+    let earlier = resume::Earlier::list(storage.as_ref(), backup_id)?;
     // A manifest with completed_at null first: a run that dies from here on reads as
     // interrupted, and never leaves an older manifest in front of new segments.
-    write_manifest(storage.as_ref(), &manifest)?;
+    let mut manifest_writer = ManifestWriter::new(&target, interrupted.as_ref());
+    manifest_writer.write(storage.as_ref(), &lock, &manifest)?;
     let (checkpoints, syncer) = match &cfg.offset_storage {
         Some(os) => {
+            // Each part keeps its own copy in storage: parts run at once.
+            let mut os = os.clone();
+            if let (Some(key), Some(shard)) = (&mut os.s3_key, &target.shard) {
+                *key = format!("{key}.part-{}-of-{}", shard.index, shard.count);
+            }
             let (cp, syncer) =
-                checkpoint::sync::start(os, storage.clone(), opts.sync_interval_secs)?;
+                checkpoint::sync::start(&os, storage.clone(), opts.sync_interval_secs)?;
+            trust_checkpoints(&cp, &target, &manifest, interrupted.is_some())?;
             (Some(cp), syncer)
         }
         None => {
-            if interrupted_before {
+            if interrupted.is_some() {
                 log::warn!("no offset_storage configured: every queue is read again from the start (the broker still holds them all), and the segments of the earlier run are replaced");
             }
             (None, None)
         }
     };
 
-    let (queues, skipped) = select_queues(&mgmt, source)?;
+    let (mut queues, mut skipped) = select_queues(&mgmt, source)?;
+    if let Some(shard) = &target.shard {
+        let all = queues.len();
+        queues.retain(|q| shard.owns(&q.vhost, &q.name));
+        skipped.retain(|q| shard.owns(&q.vhost, &q.name));
+        log::info!(
+            "{}: {} of the {all} selected queue(s) are this part's",
+            target.label(),
+            queues.len()
+        );
+    }
     log::info!(
-        "backup {backup_id}: {} queue(s) selected, {} skipped",
+        "{}: {} queue(s) selected, {} skipped",
+        target.label(),
         queues.len(),
         skipped.len()
     );
@@ -168,7 +254,8 @@ fn run_job(
             .inc();
     }
     let compression = Compression::from(opts.compression);
-    if opts.include_definitions {
+    if opts.include_definitions && target.exports_definitions() {
+        lock.check()?;
         manifest.definitions = Some(definitions::export(
             &mgmt,
             storage.as_ref(),
@@ -178,7 +265,6 @@ fn run_job(
         )?);
     }
 
-    let spool = SpoolDir::create(backup_id)?;
     let display = progress::start(
         &format!("backup {backup_id}"),
         queues.len(),
@@ -186,20 +272,28 @@ fn run_job(
     );
     let ctx = QueueContext {
         source,
-        amqp_url,
-        tls,
+        nodes,
+        tls: resolved.broker,
         opts,
         backup_id,
+        checkpoint_id: target.checkpoint_id(),
         compression,
         spool: spool.path(),
-        stop: AtomicBool::new(false),
+        mgmt: &mgmt,
+        left_out: Mutex::new(Vec::new()),
+        stop: alarm::Stop::default(),
         lock: &lock,
         storage: storage.as_ref(),
         checkpoints: checkpoints.as_deref(),
-        rerun: interrupted_before,
+        earlier,
     };
     let results = run_queues(&ctx, storage.clone(), &queues);
     drop(display);
+    let ctx_earlier_keys = ctx.earlier.keys;
+    let left_out = ctx
+        .left_out
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
 
     let mut first_error: Option<Error> = None;
     let mut failures = 0usize;
@@ -221,9 +315,10 @@ fn run_job(
         .sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
     manifest.recompute_totals();
     if let Some(why) = lock.lost() {
-        // The other run owns the manifest now: leave it alone.
+        // The other run owns the manifest now: leave it alone. The lock is why the queues
+        // stopped.
         *queue_failed = first_error.is_some();
-        return Err(first_error.unwrap_or(Error::Config(why)));
+        return Err(Error::Storage(why));
     }
     // The last sync of the checkpoint database before the manifest: a backup whose checkpoint
     // could not be stored is not called complete.
@@ -231,22 +326,29 @@ fn run_job(
     if first_error.is_none() && sync_failed.is_none() {
         manifest.completed_at = Some(now_ms());
     }
-    write_manifest(storage.as_ref(), &manifest)?;
-    if interrupted_before && manifest.completed_at.is_some() {
-        resume::remove_unlisted_segments(storage.as_ref(), &manifest);
+    manifest_writer.write(storage.as_ref(), &lock, &manifest)?;
+    if ctx_earlier_keys > 0 && manifest.completed_at.is_some() {
+        resume::remove_unlisted_segments(storage.as_ref(), manifest_writer.key(), &manifest, &lock);
     }
     lock.release();
+    if target.shard.is_some() && manifest.completed_at.is_some() {
+        merge_parts(storage.as_ref(), &target);
+    }
 
     if let Some(e) = first_error {
         log::error!(
-            "backup {backup_id} is incomplete: {failures} of {} queue(s) failed; its manifest has completed_at null",
+            "{} is incomplete: {failures} of {} queue(s) failed; its manifest has completed_at null",
+            target.label(),
             queues.len()
         );
         *queue_failed = true;
         return Err(e);
     }
     if let Some(e) = sync_failed {
-        log::error!("backup {backup_id} is incomplete: the checkpoint database could not be synced; its manifest has completed_at null");
+        log::error!(
+            "{} is incomplete: the checkpoint database could not be synced; its manifest has completed_at null",
+            target.label()
+        );
         return Err(e);
     }
     Ok(BackupSummary {
@@ -256,83 +358,91 @@ fn run_job(
         bytes: manifest.total_bytes,
         segments: manifest.total_segments,
         skipped,
+        left_out,
         deleted,
         elapsed: started.elapsed(),
     })
 }
 
-fn write_manifest(storage: &dyn Storage, manifest: &Manifest) -> Result<()> {
-    storage.put_bytes(
-        &manifest::manifest_key(&manifest.backup_id),
-        manifest.to_json_pretty()?.as_bytes(),
-    )
+/// A part of a sharded backup found complete: nothing to back up; the parts are merged when
+/// they are all complete (`crate::shard`).
+fn part_complete(
+    storage: &dyn Storage,
+    target: &Target,
+    started: Instant,
+) -> Result<BackupSummary> {
+    log::info!("{} is complete already: nothing to do", target.label());
+    merge_parts(storage, target);
+    Ok(BackupSummary {
+        backup_id: target.backup_id.clone(),
+        queues: 0,
+        messages: 0,
+        bytes: 0,
+        segments: 0,
+        skipped: Vec::new(),
+        left_out: Vec::new(),
+        deleted: Vec::new(),
+        elapsed: started.elapsed(),
+    })
 }
 
-/// A completed backup is never overwritten: its segments are the only copy of the messages.
-/// Returns true when an interrupted backup with this id exists (it is written again).
-fn refuse_to_overwrite(storage: &dyn Storage, backup_id: &str) -> Result<bool> {
-    let key = manifest::manifest_key(backup_id);
-    if storage.head(&key)?.is_none() {
-        return Ok(false);
+/// Merges the parts of a sharded backup when every one is complete, and says how far it is.
+/// A failure is only a warning: the next reader merges them.
+fn merge_parts(storage: &dyn Storage, target: &Target) {
+    match crate::shard::assemble(storage, &target.backup_id) {
+        Ok(Some(m)) if m.completed_at.is_some() => {}
+        Ok(Some(m)) => log::info!(
+            "backup {}: {} is complete; the backup is complete once every one of its {} parts is",
+            target.backup_id,
+            target.label(),
+            m.parts.unwrap_or(0)
+        ),
+        Ok(None) => {}
+        Err(e) => log::warn!(
+            "backup {}: its parts cannot be merged yet: {e}",
+            target.backup_id
+        ),
     }
-    let existing = Manifest::from_json(&storage.get_bytes(&key)?)?;
-    if existing.completed_at.is_some() {
-        return Err(Error::Config(format!(
-            "backup {backup_id} already exists and is complete in {}; choose another backup_id",
-            storage.location()
-        )));
-    }
-    Ok(true)
-}
-
-/// A broker under a memory alarm blocks publishers; reading it now would only add pressure.
-fn check_memory_headroom(mgmt: &ManagementClient) -> Result<()> {
-    for node in mgmt.nodes_memory()? {
-        if node.mem_alarm {
-            return Err(Error::Amqp(format!(
-                "broker node {} has a memory alarm ({} of {} bytes used); backup not started, every message left in place",
-                node.name, node.mem_used, node.mem_limit
-            )));
-        }
-        if node.mem_limit > 0 && node.mem_used > node.mem_limit / 10 * 8 {
-            log::warn!(
-                "broker node {} uses {} of its {} bytes memory limit",
-                node.name,
-                node.mem_used,
-                node.mem_limit
-            );
-        }
-    }
-    Ok(())
 }
 
 /// What every queue thread shares.
 pub(super) struct QueueContext<'a> {
     source: &'a SourceConfig,
-    /// `source.amqp_url` with `source.tls` applied (`crate::tls::resolve`).
-    amqp_url: crate::amqp::AmqpUrl,
-    /// The source's TLS settings, when it uses TLS.
+    /// `source.amqp_url` with `source.tls` applied (`crate::tls::resolve`), and the address of
+    /// each node for node-local reads.
+    nodes: Nodes,
+    /// The TLS settings of the source's AMQP and stream connections, when its AMQP URL uses
+    /// TLS.
     tls: Option<Arc<crate::tls::TlsClient>>,
     opts: &'a BackupOptions,
     backup_id: &'a str,
+    /// The id this run's state is kept under in the checkpoint database
+    /// (`run_state::Target::checkpoint_id`).
+    checkpoint_id: String,
     compression: Compression,
     spool: &'a Path,
-    /// Set when the run must stop (a queue saw the broker block its connection).
-    stop: AtomicBool,
+    /// The source's management API (who holds a queue's unacknowledged messages).
+    mgmt: &'a ManagementClient,
+    /// Queues backed up without some of their messages, as the queue threads find them.
+    left_out: Mutex<Vec<LeftOut>>,
+    /// Why the run stops, once it must: a memory alarm on the source, a connection the broker
+    /// blocked.
+    stop: alarm::Stop,
     /// The run's lock: when another run takes it over, this one stops.
     lock: &'a RunLock,
     /// Where segments go (and, on a rerun, where the earlier run's are found).
     storage: &'a dyn Storage,
     /// The `offset_storage` checkpoint database, when configured.
     checkpoints: Option<&'a Checkpoints>,
-    /// True when an interrupted run of this backup id came before this one.
-    rerun: bool,
+    /// The segments storage held for this backup id when the run started, and the highest
+    /// segment number each queue's attempts of this run assigned.
+    earlier: resume::Earlier,
 }
 
 impl QueueContext<'_> {
     /// The source's URL (TLS applied) with `vhost`.
     fn url_of(&self, vhost: &str) -> crate::amqp::AmqpUrl {
-        let mut url = self.amqp_url.clone();
+        let mut url = self.nodes.first().clone();
         url.vhost = vhost.to_string();
         url
     }
@@ -375,6 +485,8 @@ fn run_queues(
     let workers = limit.min(queues.len()).max(1);
     let (upload_tx, upload_rx) = bounded::<Upload>(workers * 2);
     let next = AtomicU64::new(0);
+    // Queue threads still reading; the alarm watch ends with the last.
+    let running = &AtomicUsize::new(workers);
     let results: Mutex<Vec<Option<Result<Option<QueueBackup>>>>> =
         Mutex::new((0..queues.len()).map(|_| None).collect());
     std::thread::scope(|s| {
@@ -382,31 +494,20 @@ fn run_queues(
             let rx = upload_rx.clone();
             let storage = storage.clone();
             spawn_named(s, "segment-upload", move || {
-                uploader(rx, storage.as_ref(), ctx.checkpoints, ctx.backup_id)
+                uploader(rx, storage.as_ref(), ctx.lock)
             });
         }
         drop(upload_rx);
-        for _ in 0..workers {
+        spawn_named(s, "alarm-watch", move || {
+            alarm::watch(ctx.mgmt, &ctx.stop, &|| running.load(Ordering::SeqCst) == 0)
+        });
+        for thread in 0..workers {
             let upload_tx = upload_tx.clone();
             let next = &next;
             let results = &results;
-            spawn_named(s, "queue-reader", move || loop {
-                let i = next.fetch_add(1, Ordering::SeqCst) as usize;
-                let Some(q) = queues.get(i) else { break };
-                let r = match crate::signals::stop_reason("backup") {
-                    Some(why) => Err(Error::Io(why)),
-                    None if q.queue_type == Some(crate::broker::QueueType::Stream) => {
-                        if ctx.opts.stream_enabled {
-                            stream::backup_stream(ctx, q, &upload_tx)
-                        } else {
-                            stream_amqp::backup_stream_amqp(ctx, q, &upload_tx)
-                        }
-                    }
-                    None => backup_queue(ctx, q, &upload_tx),
-                };
-                if let Ok(mut all) = results.lock() {
-                    all[i] = Some(r);
-                }
+            spawn_named(s, "queue-reader", move || {
+                read_queues(ctx, queues, next, results, &upload_tx, thread);
+                running.fetch_sub(1, Ordering::SeqCst);
             });
         }
         drop(upload_tx);
@@ -417,4 +518,44 @@ fn run_queues(
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(Error::Io("queue thread ended without a result".into()))))
         .collect()
+}
+
+/// Queue thread `thread` of [`run_queues`]: backs up the next queue not taken yet, until none
+/// is left, its result stored at the queue's index; classic and quorum queues on one reused
+/// connection (`conns`).
+fn read_queues(
+    ctx: &QueueContext,
+    queues: &[QueueInfo],
+    next: &AtomicU64,
+    results: &Mutex<Vec<Option<Result<Option<QueueBackup>>>>>,
+    upload_tx: &crossbeam_channel::Sender<Upload>,
+    thread: usize,
+) {
+    let mut conns = conns::ThreadConnection::new(thread);
+    loop {
+        let i = next.fetch_add(1, Ordering::SeqCst) as usize;
+        let Some(q) = queues.get(i) else { break };
+        let r = match crate::signals::stop_reason("backup") {
+            Some(why) => Err(Error::Io(why)),
+            None if ctx.stop.reason().is_some() => {
+                Err(Error::Connection(ctx.stop.reason().unwrap_or_default()))
+            }
+            None => retry::with_retries(ctx, q, || {
+                if q.queue_type != Some(crate::broker::QueueType::Stream) {
+                    let r = backup_queue(ctx, q, upload_tx, &mut conns);
+                    if r.is_err() {
+                        conns.discard();
+                    }
+                    r
+                } else if ctx.opts.stream_enabled {
+                    stream::backup_stream(ctx, q, upload_tx)
+                } else {
+                    stream_amqp::backup_stream_amqp(ctx, q, upload_tx)
+                }
+            }),
+        };
+        if let Ok(mut all) = results.lock() {
+            all[i] = Some(r);
+        }
+    }
 }

@@ -1,10 +1,11 @@
-//! One queue's backup: its own AMQP connection, the read (`crate::reader`), and the batches of
+//! One queue's backup: a channel on its queue thread's connection (`super::conns`), the read (`crate::reader`), and the batches of
 //! records handed to the queue's segment builder (`super::segments`).
 
+use super::conns::ThreadConnection;
 use super::resume;
 use super::segments::{build_segments, Batches, Upload};
-use super::QueueContext;
-use crate::amqp::Connection;
+use super::unacked;
+use super::{LeftOut, QueueContext};
 use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
 use crate::error::{Error, Result};
@@ -17,20 +18,18 @@ use crate::reader;
 use crate::record::BackupRecord;
 use crate::spool::spawn_named;
 use crossbeam_channel::{bounded, Sender};
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Batches in flight between a queue thread and its segment builder.
 const BATCH_CHANNEL: usize = 4;
-/// Deliveries buffered between a queue's AMQP connection and its queue thread.
-const CONSUMER_BUFFER: usize = 512;
 
-/// Backs up one queue on its own AMQP connection. `Ok(None)`: the queue was deleted after it
-/// was listed.
+/// Backs up one queue on the queue thread's connection `conns`. `Ok(None)`: the queue was
+/// deleted after it was listed.
 pub(super) fn backup_queue(
     ctx: &QueueContext,
     q: &QueueInfo,
     uploads: &Sender<Upload>,
+    conns: &mut ThreadConnection,
 ) -> Result<Option<QueueBackup>> {
     let kind = q.queue_type.unwrap_or(QueueType::Classic);
     if !ctx.opts.stop_at_current_depth {
@@ -56,15 +55,30 @@ pub(super) fn backup_queue(
         );
         strategy = RequeueStrategy::Get;
     }
-    let mut options = ctx.connect_options(
-        &q.vhost,
-        format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name),
-    );
-    // A deeper delivery buffer absorbs the segment builder's pauses (a compressed chunk, a
-    // rotation) without stalling the broker; batches are bounded by bytes too, so large
-    // messages still hold at most ~8 MiB here.
-    options.consumer_buffer = CONSUMER_BUFFER;
-    let conn = Connection::open(&options)?;
+    if kind == QueueType::Quorum && matches!(strategy, RequeueStrategy::Get | RequeueStrategy::Nack)
+    {
+        // Measured on 3.10.8: when a connection holding basic.get deliveries of a quorum queue
+        // is lost, the broker requeues them in an arbitrary order (a consumer's come back in
+        // order). A backup must not reorder the queue when its connection drops.
+        log::info!(
+            "queue {} in vhost {} is a quorum queue: read with consumers (requeue_strategy cancel) instead of basic.get, which RabbitMQ requeues in an arbitrary order when a connection is lost",
+            q.name,
+            q.vhost
+        );
+        strategy = RequeueStrategy::Cancel;
+    }
+    let (conn, control) = conns.get(ctx, &q.vhost, q.node.as_deref())?;
+    let at_start = match unacked::settle(ctx, control, q) {
+        Err(e) if is_gone(&e) => {
+            log::warn!(
+                "queue {} in vhost {} was deleted after it was listed: skipped",
+                q.name,
+                q.vhost
+            );
+            return Ok(None);
+        }
+        other => other?,
+    };
     log::info!("queue {} in vhost {}: backing up", q.name, q.vhost);
     // Resolved once: the per-message updates below are relaxed atomic adds.
     let m = metrics::global().backup_queue(&q.name, &q.vhost, kind.as_str());
@@ -92,18 +106,28 @@ pub(super) fn backup_queue(
             if let Some(why) = crate::signals::stop_reason("backup") {
                 return Some(why);
             }
-            if ctx.stop.load(Ordering::Relaxed) {
-                return Some("backup stopped: the broker blocked another connection".to_string());
+            if let Some(why) = ctx.stop.reason() {
+                return Some(why);
             }
             conn.blocked().map(|reason| {
-                ctx.stop.store(true, Ordering::Relaxed);
-                format!(
-                    "broker blocked the connection ({reason}); backup of queue {} stopped, every message left in place",
+                let why = format!(
+                    "broker blocked the connection of queue {} ({reason}); backup stopped, every message left in place",
                     q.name
-                )
+                );
+                ctx.stop.set(why.clone());
+                why
             })
         };
-        let read = reader::read_queue(&conn, &q.name, kind, strategy, &mut sink, &should_stop);
+        let read = reader::read_queue(
+            conn,
+            control,
+            &q.name,
+            at_start.ready,
+            kind,
+            strategy,
+            &mut sink,
+            &should_stop,
+        );
         if read.is_ok() {
             let _ = batches.flush();
         }
@@ -114,12 +138,9 @@ pub(super) fn backup_queue(
             .unwrap_or_else(|_| Err(Error::Io("segment builder panicked".into())));
         (read, built)
     });
-    let closed = conn.close();
     // A builder failure (storage, encoding) is the cause when the reader saw only a closed channel.
     let segments = match (read, built) {
-        (Err(Error::Amqp(m)), Ok(segments))
-            if segments.is_empty() && m.starts_with("NOT_FOUND - no queue") =>
-        {
+        (Err(e), Ok(segments)) if segments.is_empty() && is_gone(&e) => {
             log::warn!(
                 "queue {} in vhost {} was deleted after it was listed: skipped",
                 q.name,
@@ -141,13 +162,36 @@ pub(super) fn backup_queue(
             segments
         }
     };
-    if let Err(e) = closed {
-        log::debug!("closing connection of queue {}: {e}", q.name);
-    }
     if let Some(cp) = ctx.checkpoints {
-        cp.complete_backup_queue(ctx.backup_id, &q.vhost, &q.name)?;
+        cp.complete_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)?;
     }
-    Ok(Some(QueueBackup::from_segments(
-        &q.vhost, &q.name, kind, segments,
-    )))
+    let mut backup = QueueBackup::from_segments(&q.vhost, &q.name, kind, segments);
+    backup.messages_unacknowledged_at_start = Some(at_start.unacknowledged);
+    if let Some((messages, reason)) = at_start.left_out {
+        backup.messages_left_out = Some(messages);
+        metrics::global()
+            .messages_left_out
+            .with([&q.name, &q.vhost, kind.as_str()])
+            .add(messages);
+        if let Ok(mut all) = ctx.left_out.lock() {
+            all.push(LeftOut {
+                vhost: q.vhost.clone(),
+                name: q.name.clone(),
+                queue_type: kind.as_str().to_string(),
+                messages,
+                reason,
+            });
+        }
+    }
+    Ok(Some(backup))
+}
+
+/// True for the errors of a queue deleted after it was listed: the broker's `NOT_FOUND` on a
+/// declare or consume, the management API's 404.
+fn is_gone(e: &Error) -> bool {
+    match e {
+        Error::Amqp(m) => m.starts_with("NOT_FOUND - no queue"),
+        Error::Management(m) => m.starts_with("HTTP 404 for GET /api/queues/"),
+        _ => false,
+    }
 }

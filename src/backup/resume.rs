@@ -2,23 +2,77 @@
 //!
 //! - With `offset_storage`, a queue the checkpoint database marks completed reuses its stored
 //!   segments after each is checked against its recorded size and SHA-256; a queue not
-//!   completed is read again from the head (AMQP delivery tags are no offsets).
+//!   completed is read again from the head (AMQP delivery tags are no offsets). The database
+//!   is trusted only for the backup it was written for (`super::trust_checkpoints`).
 //! - Without it, every queue is read again.
 //!
 //! Either way a queue read again writes its segments with numbers after the highest segment of
-//! that queue already in storage, so no segment is ever overwritten, and once the rerun's
-//! manifest is complete the earlier run's segments it does not list are deleted (best effort:
-//! a storage that refuses deletes leaves them, unlisted, and `validate` ignores them).
+//! that queue already in storage ([`Earlier`], one listing at the start of the run), so no
+//! segment is ever overwritten, and once the rerun's manifest is complete and read back
+//! unchanged, the segments it does not list are deleted (best effort: a storage that refuses
+//! deletes leaves them, unlisted, and `validate` ignores them).
 
 use super::QueueContext;
 use crate::broker::QueueType;
+use crate::checkpoint::StoredSegment;
 use crate::error::{Error, Result};
 use crate::management::QueueInfo;
 use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
 use crate::segment::sha256_file;
 use crate::spool::unique_file;
 use crate::storage::Storage;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+
+/// What storage holds under `{backup_id}/queues/` when a run starts: segments of an earlier
+/// run of this backup, or of an older backup with the same id.
+#[derive(Debug, Default)]
+pub(super) struct Earlier {
+    /// The highest segment number under each queue's prefix: stored when the run started, or
+    /// assigned by an attempt of this run since ([`Earlier::assigned`]).
+    highest: std::sync::Mutex<HashMap<String, u64>>,
+    /// How many keys there were.
+    pub(super) keys: usize,
+}
+
+impl Earlier {
+    /// Lists `{backup_id}/queues/` once. Errors: the storage's.
+    pub(super) fn list(storage: &dyn Storage, backup_id: &str) -> Result<Earlier> {
+        let keys = storage.list(&format!("{backup_id}/queues/"))?;
+        let mut highest: HashMap<String, u64> = HashMap::new();
+        for key in &keys {
+            let Some((prefix, name)) = key.rsplit_once('/') else {
+                continue;
+            };
+            if let Some(n) = segment_number(name) {
+                let h = highest.entry(format!("{prefix}/")).or_default();
+                *h = (*h).max(n);
+            }
+        }
+        Ok(Earlier {
+            highest: std::sync::Mutex::new(highest),
+            keys: keys.len(),
+        })
+    }
+
+    /// The highest segment number stored for `q` when the run started or assigned since (0
+    /// when none).
+    fn highest(&self, backup_id: &str, q: &QueueInfo) -> u64 {
+        let prefix = manifest::queue_prefix(backup_id, &q.vhost, &q.name);
+        self.highest
+            .lock()
+            .map(|h| h.get(&prefix).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Segment `sequence` of `q` was assigned by this run: a later attempt numbers after it.
+    pub(super) fn assigned(&self, backup_id: &str, q: &QueueInfo, sequence: u64) {
+        let prefix = manifest::queue_prefix(backup_id, &q.vhost, &q.name);
+        if let Ok(mut h) = self.highest.lock() {
+            let e = h.entry(prefix).or_default();
+            *e = (*e).max(sequence);
+        }
+    }
+}
 
 /// When the checkpoint database says `q` was completed by an earlier run and every one of its
 /// segments checks out, the queue's manifest entry made of them; `None` when it must be read.
@@ -30,7 +84,7 @@ pub(super) fn completed_earlier(
     let Some(cp) = ctx.checkpoints else {
         return Ok(None);
     };
-    let Some(state) = cp.backup_queue(ctx.backup_id, &q.vhost, &q.name)? else {
+    let Some(state) = cp.backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)? else {
         return Ok(None);
     };
     if !state.completed {
@@ -43,12 +97,12 @@ pub(super) fn completed_earlier(
         return Ok(None);
     }
     for s in &state.segments {
-        if let Err(e) = verify_stored(ctx, s) {
+        if let Err(e) = verify_stored(ctx, &s.metadata) {
             log::warn!(
                 "queue {} in vhost {}: segment {} of the earlier run does not check out ({e}); the queue is read again",
                 q.name,
                 q.vhost,
-                s.key
+                s.metadata.key
             );
             return Ok(None);
         }
@@ -63,7 +117,7 @@ pub(super) fn completed_earlier(
         &q.vhost,
         &q.name,
         kind,
-        state.segments,
+        state.segments.into_iter().map(|s| s.metadata).collect(),
     )))
 }
 
@@ -96,26 +150,16 @@ fn verify_stored(ctx: &QueueContext, s: &SegmentMetadata) -> Result<()> {
 }
 
 /// Starts reading `q`: records the start in the checkpoint database (forgetting an earlier
-/// run's partial segments) and returns the sequence number its segments follow (0 on a first
-/// run; on a rerun the highest segment number of the queue already in storage).
+/// run's partial segments) and returns the sequence number its segments follow: the highest
+/// segment number of the queue in storage when the run started (0 when none).
 pub(super) fn start_queue(ctx: &QueueContext, q: &QueueInfo) -> Result<u64> {
     if let Some(cp) = ctx.checkpoints {
-        cp.start_backup_queue(ctx.backup_id, &q.vhost, &q.name, q.messages)?;
+        cp.start_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name, q.messages)?;
     }
-    if !ctx.rerun {
-        return Ok(0);
-    }
-    let prefix = manifest::queue_prefix(ctx.backup_id, &q.vhost, &q.name);
-    let highest = ctx
-        .storage
-        .list(&prefix)?
-        .iter()
-        .filter_map(|k| segment_number(k.strip_prefix(&prefix)?))
-        .max()
-        .unwrap_or(0);
+    let highest = ctx.earlier.highest(ctx.backup_id, q);
     if highest > 0 {
         log::info!(
-            "queue {} in vhost {}: the earlier run stored segments up to {highest}; new segments follow",
+            "queue {} in vhost {}: storage holds segments up to {highest} already (an earlier run's or attempt's); new segments follow",
             q.name,
             q.vhost
         );
@@ -123,14 +167,45 @@ pub(super) fn start_queue(ctx: &QueueContext, q: &QueueInfo) -> Result<u64> {
     Ok(highest)
 }
 
+/// The stored segments an earlier run recorded for a stream, up to the first that does not
+/// follow the one before it: its first offset is not the next after the last offset of the
+/// one before (or, without offsets, an older database, its sequence number is not the next).
+fn unbroken_prefix(q: &QueueInfo, segments: Vec<StoredSegment>) -> Vec<StoredSegment> {
+    let mut kept: Vec<StoredSegment> = Vec::with_capacity(segments.len());
+    for s in segments {
+        let follows = match (kept.last(), s.offsets) {
+            (None, _) => true,
+            (Some(prev), Some((first, _))) => match prev.offsets {
+                Some((_, last)) => last.checked_add(1) == Some(first),
+                None => prev.metadata.sequence + 1 == s.metadata.sequence,
+            },
+            (Some(prev), None) => prev.metadata.sequence + 1 == s.metadata.sequence,
+        };
+        if !follows {
+            log::warn!(
+                "stream {} in vhost {}: segment {} does not follow segment {} (offsets {:?} after {:?}); it and the ones after it are read again",
+                q.name,
+                q.vhost,
+                s.metadata.sequence,
+                kept.last().map_or(0, |p| p.metadata.sequence),
+                s.offsets,
+                kept.last().and_then(|p| p.offsets)
+            );
+            break;
+        }
+        kept.push(s);
+    }
+    kept
+}
+
 /// Where a continuous backup of stream `q` starts (`stop_at_current_depth: false`).
 ///
-/// On a rerun with `offset_storage`, the segments the earlier run stored (and recorded) are
-/// kept after each checks out, and reading resumes at the offset after the last record of the
-/// last one (a record's `delivery_tag` is its offset + 1): no gap, no duplicate. Segments the
-/// earlier run stored without recording them (killed in between) number after the kept ones;
-/// they are not listed and are deleted once the rerun completes. Otherwise the stream is read
-/// from its first offset, as [`start_queue`] starts a queue.
+/// On a rerun with `offset_storage`, the unbroken prefix of the segments the earlier run
+/// stored and recorded ([`unbroken_prefix`]) is kept after each checks out, and reading
+/// resumes at the offset after the last record of the last one: no gap, no duplicate.
+/// Segments stored without being recorded (the run was killed in between) number after the
+/// kept ones; they are not listed and are deleted once the rerun completes. Otherwise the
+/// stream is read from its first offset, as [`start_queue`] starts a queue.
 ///
 /// Returns (kept segments, the sequence new segments follow, the first offset to read).
 pub(super) fn resume_stream(
@@ -138,37 +213,54 @@ pub(super) fn resume_stream(
     q: &QueueInfo,
 ) -> Result<(Vec<SegmentMetadata>, u64, u64)> {
     let earlier = match ctx.checkpoints {
-        Some(cp) if ctx.rerun => cp.backup_queue(ctx.backup_id, &q.vhost, &q.name)?,
-        _ => None,
+        Some(cp) => cp.backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)?,
+        None => None,
     };
-    let kept = earlier.map(|state| state.segments).unwrap_or_default();
+    let kept = unbroken_prefix(q, earlier.map(|state| state.segments).unwrap_or_default());
     let Some(last) = kept.last() else {
         return Ok((Vec::new(), start_queue(ctx, q)?, 0));
     };
     for s in &kept {
-        verify_stored(ctx, s)?;
+        verify_stored(ctx, &s.metadata)?;
     }
-    let next = last_record_offset(ctx, last)? + 1;
-    let prefix = manifest::queue_prefix(ctx.backup_id, &q.vhost, &q.name);
+    let last_offset = match last.offsets {
+        Some((_, l)) => l,
+        None => last_record_offset(ctx, &last.metadata)?,
+    };
+    let next = last_offset.checked_add(1).ok_or_else(|| {
+        Error::Stream(format!(
+            "stream {} in vhost {}: the last offset stored is the largest there is",
+            q.name, q.vhost
+        ))
+    })?;
     let after = ctx
-        .storage
-        .list(&prefix)?
-        .iter()
-        .filter_map(|k| segment_number(k.strip_prefix(&prefix)?))
-        .max()
-        .unwrap_or(0)
-        .max(last.sequence);
+        .earlier
+        .highest(ctx.backup_id, q)
+        .max(last.metadata.sequence);
+    if let Some(cp) = ctx.checkpoints {
+        // The segments after the prefix are no longer the queue's.
+        cp.start_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name, q.messages)?;
+        for s in &kept {
+            cp.backup_segment_stored(
+                &ctx.checkpoint_id,
+                &q.vhost,
+                &q.name,
+                &s.metadata,
+                s.offsets,
+            )?;
+        }
+    }
     log::info!(
-        "stream {} in vhost {}: the earlier run stored {} segment(s) up to offset {}; reading resumes at offset {next}",
+        "stream {} in vhost {}: the earlier run stored {} segment(s) up to offset {last_offset}; reading resumes at offset {next}",
         q.name,
         q.vhost,
         kept.len(),
-        next - 1
     );
-    Ok((kept, after, next))
+    Ok((kept.into_iter().map(|s| s.metadata).collect(), after, next))
 }
 
-/// The offset of the last record of a stored stream segment (its `delivery_tag` - 1).
+/// The offset of the last record of a stored stream segment: its `delivery_tag` (SPEC.md
+/// "Segment file").
 fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
     let path = unique_file(ctx.spool, &s.key);
     let last = ctx.storage.get_to_file(&s.key, &path).and_then(|_| {
@@ -183,13 +275,7 @@ fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
         }
     });
     let _ = std::fs::remove_file(&path);
-    let tag = last?.delivery_tag;
-    tag.checked_sub(1).ok_or_else(|| {
-        Error::Serialization(format!(
-            "{}: its last record has delivery_tag 0, not a stream offset",
-            s.key
-        ))
-    })
+    Ok(last?.delivery_tag)
 }
 
 /// The number of a segment file name (`segment-0012.zst` -> 12).
@@ -201,10 +287,38 @@ fn segment_number(name: &str) -> Option<u64> {
     digits[..end].parse().ok()
 }
 
-/// After a rerun completed: deletes the segments under the queues of `manifest` that it does
-/// not list (the earlier run's). Failures are logged, never fatal.
-pub(super) fn remove_unlisted_segments(storage: &dyn Storage, manifest: &Manifest) {
+/// After a run completed: deletes the segments under the queues of `manifest` that it does
+/// not list (an earlier run's, or an older backup's with the same id), once the manifest read
+/// back from `key` (the backup's or the part's) is still `manifest` (another run that took the
+/// backup over would have written its own) and the run still holds its lock. Failures are
+/// logged, never fatal.
+pub(super) fn remove_unlisted_segments(
+    storage: &dyn Storage,
+    key: &str,
+    manifest: &Manifest,
+    lock: &crate::lock::RunLock,
+) {
+    let stored = storage
+        .get_bytes(key)
+        .and_then(|bytes| Manifest::from_json(&bytes));
+    match stored {
+        Ok(m) if m == *manifest => {}
+        Ok(_) => {
+            log::warn!("{key} is not the manifest this run wrote: the segments it does not list are left alone");
+            return;
+        }
+        Err(e) => {
+            log::warn!(
+                "{key} cannot be read back ({e}): the segments it does not list are left alone"
+            );
+            return;
+        }
+    }
     for q in &manifest.queues {
+        if let Some(why) = lock.lost() {
+            log::warn!("{why}: the segments the manifest does not list are left alone");
+            return;
+        }
         let prefix = manifest::queue_prefix(&manifest.backup_id, &q.vhost, &q.name);
         let listed: HashSet<&str> = q.segments.iter().map(|s| s.key.as_str()).collect();
         let keys = match storage.list(&prefix) {
@@ -216,8 +330,8 @@ pub(super) fn remove_unlisted_segments(storage: &dyn Storage, manifest: &Manifes
         };
         for key in keys.iter().filter(|k| !listed.contains(k.as_str())) {
             match storage.delete(key) {
-                Ok(()) => log::info!("{key}: segment of the earlier run, not in the backup, removed"),
-                Err(e) => log::warn!("{key}: segment of the earlier run, not in the backup, could not be removed: {e}"),
+                Ok(()) => log::info!("{key}: segment of an earlier run, not in the backup, removed"),
+                Err(e) => log::warn!("{key}: segment of an earlier run, not in the backup, could not be removed: {e}"),
             }
         }
     }
@@ -225,7 +339,69 @@ pub(super) fn remove_unlisted_segments(storage: &dyn Storage, manifest: &Manifes
 
 #[cfg(test)]
 mod tests {
-    use super::segment_number;
+    use super::*;
+
+    fn stored(sequence: u64, offsets: Option<(u64, u64)>) -> StoredSegment {
+        StoredSegment {
+            metadata: SegmentMetadata {
+                key: format!("b/queues/v/s/segment-{sequence:04}.zst"),
+                sequence,
+                record_count: 1,
+                size_bytes: 1,
+                uncompressed_bytes: 1,
+                first_timestamp: None,
+                last_timestamp: None,
+                checksum: String::new(),
+            },
+            offsets,
+        }
+    }
+
+    fn sequences(kept: &[StoredSegment]) -> Vec<u64> {
+        kept.iter().map(|s| s.metadata.sequence).collect()
+    }
+
+    #[test]
+    fn a_resumed_stream_keeps_the_unbroken_prefix_only() {
+        let q = QueueInfo {
+            vhost: "v".into(),
+            name: "s".into(),
+            queue_type: Some(QueueType::Stream),
+            type_name: "stream".into(),
+            messages: 0,
+            unacknowledged: 0,
+            durable: true,
+            auto_delete: false,
+            exclusive: false,
+            arguments: Default::default(),
+            policy: None,
+            effective_policy_definition: Default::default(),
+            node: None,
+            state: None,
+        };
+        let o = |a, b| Some((a, b));
+        // By offsets: 1..3 follow each other; 5 starts after a hole (segment 4's offsets).
+        let kept = unbroken_prefix(
+            &q,
+            vec![
+                stored(1, o(0, 9)),
+                stored(2, o(10, 19)),
+                stored(3, o(20, 29)),
+                stored(5, o(40, 49)),
+            ],
+        );
+        assert_eq!(sequences(&kept), [1, 2, 3]);
+        // A rerun's segments number after a killed run's unrecorded ones: offsets decide.
+        let kept = unbroken_prefix(&q, vec![stored(1, o(0, 9)), stored(4, o(10, 12))]);
+        assert_eq!(sequences(&kept), [1, 4]);
+        // Overlapping offsets are no prefix either.
+        let kept = unbroken_prefix(&q, vec![stored(1, o(0, 9)), stored(2, o(9, 12))]);
+        assert_eq!(sequences(&kept), [1]);
+        // Without offsets (schema version 1): sequence numbers decide.
+        let kept = unbroken_prefix(&q, vec![stored(1, None), stored(2, None), stored(4, None)]);
+        assert_eq!(sequences(&kept), [1, 2]);
+        assert!(unbroken_prefix(&q, Vec::new()).is_empty());
+    }
 
     #[test]
     fn segment_numbers_come_from_file_names() {

@@ -21,7 +21,7 @@ use crate::now_ms;
 use crate::progress;
 use crate::record::BackupRecord;
 use crate::spool::spawn_named;
-use crate::stream::amqp10::{decode_message, to_record, Origin};
+use crate::stream::amqp10::{to_record, Origin, RAW_BODY_HEADER};
 use crate::stream::chunk::{parse_chunk, parse_header};
 use crate::stream::{OffsetSpec, StreamConnection};
 use crossbeam_channel::{bounded, Sender};
@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 const CREDIT: u16 = 4;
 /// The longest wait for the next chunk of a stream known to hold more.
 const CHUNK_WAIT: Duration = Duration::from_secs(30);
-/// How long an empty-looking stream is given to show its last chunk.
-const EMPTY_WAIT: Duration = Duration::from_secs(3);
+/// How long a stream the management API counts no message in is given to show its last chunk
+/// (its counts lag the stream by up to ~10 s).
+const EMPTY_WAIT: Duration = Duration::from_secs(5);
 /// A continuous backup hands its records to the segment builder after this long without a
 /// chunk, so that `segment_max_interval_ms` closes segments of an idle stream.
 const IDLE_FLUSH: Duration = Duration::from_secs(1);
@@ -43,10 +44,22 @@ struct CountedConnection(StreamConnection);
 
 impl CountedConnection {
     fn open(ctx: &QueueContext, q: &QueueInfo) -> Result<CountedConnection> {
-        let o = ctx.stream_options(
+        Self::open_within(ctx, q, None)
+    }
+
+    /// [`CountedConnection::open`], the TCP connect bounded by `connect_timeout` when given.
+    fn open_within(
+        ctx: &QueueContext,
+        q: &QueueInfo,
+        connect_timeout: Option<Duration>,
+    ) -> Result<CountedConnection> {
+        let mut o = ctx.stream_options(
             &q.vhost,
             format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name),
         );
+        if let Some(t) = connect_timeout {
+            o.connect_timeout = o.connect_timeout.min(t);
+        }
         let conn = StreamConnection::open(&o)?;
         metrics::global().stream_connections.inc();
         Ok(CountedConnection(conn))
@@ -76,7 +89,7 @@ fn last_offset(conn: &StreamConnection, q: &QueueInfo) -> Result<Option<u64>> {
     match chunk? {
         Some(c) => {
             let h = parse_header(&c)?;
-            Ok((h.num_records > 0).then(|| h.first_offset + h.num_records as u64 - 1))
+            h.last_offset()
         }
         None if q.messages > 0 => Err(Error::Stream(format!(
             "stream {} in vhost {}: no chunk from its end within {} s although the management API counts {} messages",
@@ -88,6 +101,23 @@ fn last_offset(conn: &StreamConnection, q: &QueueInfo) -> Result<Option<u64>> {
         None => Ok(None),
     }
 }
+
+/// The offset of the last message of stream `q` now, read from the header of its last chunk
+/// over the stream protocol (`None`: empty), for a stream read through AMQP 0-9-1
+/// (`super::stream_amqp`), which has no exact way to find it. The connection is given
+/// [`PROBE_CONNECT`] to open.
+///
+/// Errors: the connection's (the stream port does not answer: no stream plugin, a firewall)
+/// and [`last_offset`]'s.
+pub(super) fn end_over_stream_protocol(ctx: &QueueContext, q: &QueueInfo) -> Result<Option<u64>> {
+    let conn = CountedConnection::open_within(ctx, q, Some(PROBE_CONNECT))?;
+    let end = last_offset(&conn.0, q);
+    drop(conn);
+    end
+}
+
+/// How long the stream port is given to accept a connection that only asks for the end.
+const PROBE_CONNECT: Duration = Duration::from_secs(5);
 
 /// Backs up one stream: every message from its first offset to its last at the start of the
 /// run, in order. `Ok(None)`: the stream was deleted after it was listed.
@@ -138,7 +168,7 @@ pub(super) fn backup_stream(
     let m = metrics::global().backup_queue(&q.name, &q.vhost, QueueType::Stream.as_str());
     let _row = progress::row(
         format!("{} (stream, vhost {})", q.name, q.vhost),
-        end.flatten().map_or(0, |e| e + 1),
+        end.flatten().map_or(0, |e| e.saturating_add(1)),
         m.messages_read.clone(),
         m.bytes_read.clone(),
     );
@@ -187,9 +217,9 @@ pub(super) fn completed(
 ) -> Result<QueueBackup> {
     if let Some(cp) = ctx.checkpoints {
         if let Some(e) = last {
-            cp.set_stream_offset(ctx.backup_id, &q.vhost, &q.name, e)?;
+            cp.set_stream_offset(&ctx.checkpoint_id, &q.vhost, &q.name, e)?;
         }
-        cp.complete_backup_queue(ctx.backup_id, &q.vhost, &q.name)?;
+        cp.complete_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)?;
     }
     Ok(QueueBackup::from_segments(
         &q.vhost,
@@ -219,6 +249,7 @@ fn read_stream(
     let sub = conn.subscribe(1, &q.name, spec, CREDIT)?;
     let mut next = from;
     let (mut read, mut last) = (0u64, None);
+    let mut raw_messages = 0u64;
     let mut batches = Batches::new(batches, m);
     while end.is_none_or(|e| next <= e) {
         if let Some(why) = ctx.lock.lost() {
@@ -253,7 +284,16 @@ fn read_stream(
             continue;
         };
         conn.credit(sub.id, 1)?;
-        let c = parse_chunk(&chunk)?;
+        let at_chunk = |e: Error| match e {
+            Error::Stream(m) => {
+                Error::Stream(format!("stream {} in vhost {}: {m}", q.name, q.vhost))
+            }
+            Error::Compression(m) => {
+                Error::Compression(format!("stream {} in vhost {}: {m}", q.name, q.vhost))
+            }
+            other => other,
+        };
+        let c = parse_chunk(&chunk).map_err(at_chunk)?;
         let first = c.header.first_offset;
         if first > next {
             log::debug!(
@@ -261,36 +301,45 @@ fn read_stream(
                 q.name
             );
         }
-        for (i, message) in c.messages.into_iter().enumerate() {
-            let offset = first + i as u64;
+        for (offset, message) in (first..).zip(c.messages()) {
+            let message = message.map_err(at_chunk)?;
             if offset < next {
                 continue;
             }
             if end.is_some_and(|e| offset > e) {
                 break;
             }
-            let decoded = decode_message(&message).map_err(|e| {
-                Error::Serialization(format!(
-                    "stream {} in vhost {}, offset {offset}: {}",
-                    q.name,
-                    q.vhost,
-                    e.message()
-                ))
-            })?;
-            let rec = to_record(
-                decoded,
+            let (rec, raw) = to_record(
+                &message,
                 Origin {
                     stream: &q.name,
                     vhost: &q.vhost,
                     offset,
                     backed_up_at: now_ms(),
                 },
-            )?;
+            );
+            if let Some(why) = raw {
+                raw_messages += 1;
+                if raw_messages == 1 {
+                    log::warn!(
+                        "stream {} in vhost {}, offset {offset}: an AMQP 1.0 message a 0-9-1 record cannot hold ({why}); it is stored whole as its encoded bytes (header {RAW_BODY_HEADER}), and so is every such message",
+                        q.name,
+                        q.vhost
+                    );
+                }
+            }
             batches.push(rec)?;
             read += 1;
             last = Some(offset);
         }
-        next = next.max(first + c.header.num_records as u64);
+        next = next.max(c.header.next_offset()?);
+    }
+    if raw_messages > 0 {
+        log::warn!(
+            "stream {} in vhost {}: {raw_messages} message(s) stored whole as AMQP 1.0 bytes (README \"Streams\")",
+            q.name,
+            q.vhost
+        );
     }
     batches.flush()?;
     conn.unsubscribe(sub.id)?;

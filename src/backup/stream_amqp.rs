@@ -2,11 +2,13 @@
 //! `x-stream-offset`, a prefetch window, and acknowledgements that only give the broker credit
 //! (a stream keeps its messages whatever a consumer does).
 //!
-//! The end is the highest offset delivered within [`END_WINDOW`] of subscribing at `last`
-//! (RabbitMQ delivers the stream's last chunk at once; 0-9-1 has no other way to ask), then
-//! the stream is read from `first` up to it. The broker's own `x-stream-offset` header is
-//! metadata, not part of the message: it gives the record's offset (`delivery_tag` =
-//! offset + 1) and is left out of its headers. What the broker's 0-9-1 conversion drops
+//! The end is the offset of the stream's last message when the read starts: read from the
+//! header of its last chunk over the stream protocol (`super::stream::end_over_stream_protocol`)
+//! when the stream port answers; else the highest offset a 0-9-1 consumer at `last` receives
+//! until the stream is quiet (0-9-1 has no exact way to ask). Then the stream is read from
+//! `first` up to it. The broker's own `x-stream-offset` header is
+//! metadata, not part of the message: it gives the record's offset (its `delivery_tag`,
+//! SPEC.md "Segment file") and is left out of its headers. What the broker's 0-9-1 conversion drops
 //! (table and array headers of messages published over 0-9-1) is not in the backup; see
 //! README "Streams".
 
@@ -28,8 +30,14 @@ use std::time::{Duration, Instant};
 
 /// Unacknowledged deliveries the broker may send ahead.
 const PREFETCH: u16 = 1000;
-/// How long deliveries from `last` are gathered to find the end.
-const END_WINDOW: Duration = Duration::from_secs(1);
+/// Without the stream protocol: the end is the last offset delivered before this long without
+/// a delivery ...
+const QUIET: Duration = Duration::from_secs(3);
+/// ... or this long after the first.
+const END_LIMIT: Duration = Duration::from_secs(60);
+/// How long a stream the management API counts no message in is given to deliver (its counts
+/// lag the stream by up to ~10 s).
+const EMPTY_WAIT: Duration = Duration::from_secs(5);
 /// The longest wait for the next delivery of a stream known to hold more.
 const DELIVERY_WAIT: Duration = Duration::from_secs(30);
 
@@ -67,14 +75,34 @@ fn consume_from(ch: &Channel, stream: &str, from: &str) -> Result<crate::amqp::C
     ch.basic_consume(stream, "rmq-backup", false, false, &args)
 }
 
-/// The stream's last offset now, `None` when it is empty (see the module documentation).
-fn last_offset(conn: &Connection, q: &QueueInfo) -> Result<Option<u64>> {
+/// The stream's last offset now, `None` when it is empty: the header of its last chunk over
+/// the stream protocol when the stream port answers (exact), else [`last_offset_until_quiet`].
+fn end_of_stream(ctx: &QueueContext, conn: &Connection, q: &QueueInfo) -> Result<Option<u64>> {
+    match super::stream::end_over_stream_protocol(ctx, q) {
+        Ok(end) => Ok(end),
+        Err(e) => {
+            log::warn!(
+                "stream {} in vhost {}: its end cannot be read over the stream protocol ({e}); it is taken over AMQP 0-9-1 as the last offset delivered from its end until nothing more comes for {} s, which includes what publishers add meanwhile",
+                q.name,
+                q.vhost,
+                QUIET.as_secs()
+            );
+            last_offset_until_quiet(conn, q)
+        }
+    }
+}
+
+/// The highest offset delivered by a consumer at `last` until [`QUIET`] passes without a
+/// delivery (RabbitMQ delivers the whole last chunk, then what is published after), at most
+/// [`END_LIMIT`]; `None` when nothing comes within [`DELIVERY_WAIT`] (the management API's
+/// count says the stream holds messages) or [`EMPTY_WAIT`] (it says none).
+fn last_offset_until_quiet(conn: &Connection, q: &QueueInfo) -> Result<Option<u64>> {
     let ch = conn.open_channel()?;
     let consumer = consume_from(&ch, &q.name, "last")?;
     let first_wait = if q.messages > 0 {
         DELIVERY_WAIT
     } else {
-        END_WINDOW
+        EMPTY_WAIT
     };
     let mut end = None;
     let started = Instant::now();
@@ -82,12 +110,10 @@ fn last_offset(conn: &Connection, q: &QueueInfo) -> Result<Option<u64>> {
     while let Some(d) = consumer.recv_timeout(wait)? {
         ch.basic_ack(d.delivery_tag, false)?;
         end = end.max(offset_of(&d));
-        if started.elapsed() >= END_WINDOW {
+        if started.elapsed() >= END_LIMIT {
             break;
         }
-        wait = END_WINDOW
-            .saturating_sub(started.elapsed())
-            .max(Duration::from_millis(1));
+        wait = QUIET;
     }
     ch.close()?;
     if end.is_none() && q.messages > 0 {
@@ -116,8 +142,8 @@ pub(super) fn backup_stream_amqp(
         &q.vhost,
         format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name),
     );
-    let conn = Connection::open(&options)?;
-    let end = last_offset(&conn, q)?;
+    let conn = ctx.nodes.connect(&options, q.node.as_deref())?;
+    let end = end_of_stream(ctx, &conn, q).map_err(with_conversion_hint)?;
     log::info!(
         "stream {} in vhost {}: backing up {} through AMQP 0-9-1 (backup.stream_enabled is false)",
         q.name,
@@ -129,7 +155,7 @@ pub(super) fn backup_stream_amqp(
     let m = metrics::global().backup_queue(&q.name, &q.vhost, QueueType::Stream.as_str());
     let _row = progress::row(
         format!("{} (stream, vhost {})", q.name, q.vhost),
-        end.map_or(0, |e| e + 1),
+        end.map_or(0, |e| e.saturating_add(1)),
         m.messages_read.clone(),
         m.bytes_read.clone(),
     );
@@ -153,7 +179,7 @@ pub(super) fn backup_stream_amqp(
         log::debug!("closing connection of stream {}: {e}", q.name);
     }
     let (read, segments) = match (read, built) {
-        (_, Err(e)) | (Err(e), _) => return Err(e),
+        (_, Err(e)) | (Err(e), _) => return Err(with_conversion_hint(e)),
         (Ok(r), Ok(b)) => (r, b),
     };
     log::info!(
@@ -164,6 +190,20 @@ pub(super) fn backup_stream_amqp(
         started.elapsed().as_secs_f64()
     );
     super::stream::completed(ctx, q, end, segments).map(Some)
+}
+
+/// RabbitMQ 3.10 cannot convert some stream messages for an AMQP 0-9-1 reader (an
+/// `amqp-value` or `amqp-sequence` body, no `data` section): the channel crashes (the reader
+/// sees `INTERNAL_ERROR`, or no answer at all), and a hostile message can make the broker
+/// itself allocate gigabytes while it reports the crash. The stream protocol reads them
+/// (`backup.stream_enabled: true`). Every AMQP or connection error of the read says so.
+fn with_conversion_hint(e: Error) -> Error {
+    let hint = "; if the stream holds messages of AMQP 1.0 or stream-protocol clients (an amqp-value or amqp-sequence body), RabbitMQ 3.10 cannot convert them for an AMQP 0-9-1 reader: set backup.stream_enabled: true to read the stream over the stream protocol, which stores such messages whole";
+    match e {
+        Error::Amqp(m) => Error::Amqp(format!("{m}{hint}")),
+        Error::Connection(m) => Error::Connection(format!("{m}{hint}")),
+        other => other,
+    }
 }
 
 /// Reads offsets from the first to `end` into batches of records; returns how many.
@@ -209,9 +249,18 @@ fn read_to(
         if offset > end {
             break;
         }
-        next = offset + 1;
+        next = offset.checked_add(1).ok_or_else(|| {
+            Error::Amqp(format!(
+                "stream {} in vhost {}: a delivery at offset {offset}, beyond the largest",
+                q.name, q.vhost
+            ))
+        })?;
         strip_offset(&mut d);
-        d.delivery_tag = offset + 1;
+        // SPEC.md "Segment file": a stream record's delivery tag is its offset, its exchange
+        // and routing key are empty.
+        d.delivery_tag = offset;
+        d.exchange.clear();
+        d.routing_key.clear();
         d.redelivered = false;
         batches.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()))?;
         read += 1;

@@ -5,10 +5,14 @@
 //! One SQLite database (rusqlite, bundled: the static binary needs no system library) in WAL
 //! mode, or an in-memory one (`offset_storage.backend: memory`). Tables (schema version
 //! [`SCHEMA_VERSION`] in `meta`):
+//! - `backup_runs`: per backup_id, the `created_at` of the backup the rows below belong to: a
+//!   rerun trusts them only when its interrupted manifest has the same `created_at` (an older
+//!   backup of the same id, since deleted, is not this one);
 //! - `backup_queues`: per (backup_id, vhost, queue): the target message count of the run, the
 //!   last stored segment sequence, the completed flag, and the stream offset (for streams);
 //! - `backup_segments`: per (backup_id, vhost, queue, sequence): the stored segment's metadata
-//!   (SPEC.md SegmentMetadata, as JSON), written as each segment is stored;
+//!   (SPEC.md SegmentMetadata, as JSON) and, for a stream, the offsets of its first and last
+//!   records, written in sequence order as the segments are stored;
 //! - `restore_queues`: per (backup_id, source vhost/queue, target vhost/queue): the records
 //!   processed (published and settled by the broker: a prefix of the queue's records) and the
 //!   completed flag.
@@ -26,8 +30,9 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Version of the table layout below, kept in `meta.schema_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+/// Version of the table layout below, kept in `meta.schema_version`. Version 1 (without
+/// `backup_runs` and the segment offsets) is upgraded when opened.
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -39,7 +44,10 @@ CREATE TABLE IF NOT EXISTS backup_queues (
 CREATE TABLE IF NOT EXISTS backup_segments (
     backup_id TEXT NOT NULL, vhost TEXT NOT NULL, queue TEXT NOT NULL,
     sequence INTEGER NOT NULL, metadata TEXT NOT NULL,
+    first_offset INTEGER, last_offset INTEGER,
     PRIMARY KEY (backup_id, vhost, queue, sequence));
+CREATE TABLE IF NOT EXISTS backup_runs (
+    backup_id TEXT PRIMARY KEY, created_at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS restore_queues (
     backup_id TEXT NOT NULL, source_vhost TEXT NOT NULL, source_queue TEXT NOT NULL,
     target_vhost TEXT NOT NULL, target_queue TEXT NOT NULL,
@@ -55,7 +63,16 @@ pub struct BackupQueueState {
     /// True once every segment of the queue was stored.
     pub completed: bool,
     /// The stored segments, in sequence order.
-    pub segments: Vec<SegmentMetadata>,
+    pub segments: Vec<StoredSegment>,
+}
+
+/// A stored segment as the checkpoint database knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSegment {
+    pub metadata: SegmentMetadata,
+    /// For a stream: the offsets of the segment's first and last records (`None` for queues,
+    /// and in databases of schema version 1).
+    pub offsets: Option<(u64, u64)>,
 }
 
 /// Which queue of which restore: the backup's queue and where it is published.
@@ -157,6 +174,14 @@ impl Checkpoints {
                 .map_err(|e| db_err(&label, e))?;
             }
             Some(Ok(SCHEMA_VERSION)) => {}
+            Some(Ok(1)) => {
+                conn.execute_batch(
+                    "ALTER TABLE backup_segments ADD COLUMN first_offset INTEGER;
+                     ALTER TABLE backup_segments ADD COLUMN last_offset INTEGER;
+                     UPDATE meta SET value = '2' WHERE key = 'schema_version';",
+                )
+                .map_err(|e| db_err(&label, e))?;
+            }
             Some(v) => {
                 return Err(Error::Checkpoint(format!(
                     "database {label} has schema version {v:?}; this version of rmq-backup reads version {SCHEMA_VERSION}"
@@ -205,21 +230,32 @@ impl Checkpoints {
         };
         let mut stmt = conn
             .prepare(
-                "SELECT metadata FROM backup_segments
+                "SELECT metadata, first_offset, last_offset FROM backup_segments
                  WHERE backup_id = ?1 AND vhost = ?2 AND queue = ?3 ORDER BY sequence",
             )
             .map_err(|e| self.err(e))?;
         let segments = stmt
-            .query_map(params![backup_id, vhost, queue], |r| r.get::<_, String>(0))
+            .query_map(params![backup_id, vhost, queue], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                ))
+            })
             .map_err(|e| self.err(e))?
-            .map(|json| {
-                let json = json.map_err(|e| self.err(e))?;
-                serde_json::from_str::<SegmentMetadata>(&json).map_err(|e| {
+            .map(|row| {
+                let (json, first, last) = row.map_err(|e| self.err(e))?;
+                let metadata = serde_json::from_str::<SegmentMetadata>(&json).map_err(|e| {
                     Error::Checkpoint(format!(
                         "database {}: segment metadata of queue {queue} in vhost {vhost} cannot be read: {e}",
                         self.label
                     ))
-                })
+                })?;
+                let offsets = match (first, last) {
+                    (Some(f), Some(l)) if f >= 0 && l >= f => Some((f as u64, l as u64)),
+                    _ => None,
+                };
+                Ok(StoredSegment { metadata, offsets })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(BackupQueueState {
@@ -261,22 +297,37 @@ impl Checkpoints {
         tx.commit().map_err(|e| self.err(e))
     }
 
-    /// Records a stored segment of `queue`.
+    /// Records a stored segment of `queue`, with the offsets of its first and last records
+    /// when it is a stream's.
     pub fn backup_segment_stored(
         &self,
         backup_id: &str,
         vhost: &str,
         queue: &str,
         segment: &SegmentMetadata,
+        offsets: Option<(u64, u64)>,
     ) -> Result<()> {
         let json = serde_json::to_string(segment)
             .map_err(|e| Error::Serialization(format!("segment metadata: {e}")))?;
+        let (first, last) = match offsets {
+            Some((f, l)) => (i64::try_from(f).ok(), i64::try_from(l).ok()),
+            None => (None, None),
+        };
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         tx.execute(
-            "INSERT OR REPLACE INTO backup_segments (backup_id, vhost, queue, sequence, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![backup_id, vhost, queue, segment.sequence as i64, json],
+            "INSERT OR REPLACE INTO backup_segments
+             (backup_id, vhost, queue, sequence, metadata, first_offset, last_offset)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                backup_id,
+                vhost,
+                queue,
+                segment.sequence as i64,
+                json,
+                first,
+                last
+            ],
         )
         .map_err(|e| self.err(e))?;
         tx.execute(
@@ -289,6 +340,39 @@ impl Checkpoints {
                 segment.sequence as i64,
                 crate::now_ms()
             ],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// The `created_at` (epoch ms) of the backup whose state the database holds for
+    /// `backup_id`, if any ([`Checkpoints::begin_backup`]).
+    pub fn backup_created_at(&self, backup_id: &str) -> Result<Option<i64>> {
+        self.conn()
+            .query_row(
+                "SELECT created_at FROM backup_runs WHERE backup_id = ?1",
+                params![backup_id],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Starts the state of backup `backup_id` created at `created_at` (epoch ms) afresh: every
+    /// queue and segment recorded for that id before is forgotten.
+    pub fn begin_backup(&self, backup_id: &str, created_at: i64) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        for table in ["backup_segments", "backup_queues"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE backup_id = ?1"),
+                params![backup_id],
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        tx.execute(
+            "INSERT OR REPLACE INTO backup_runs (backup_id, created_at) VALUES (?1, ?2)",
+            params![backup_id, created_at],
         )
         .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))

@@ -34,12 +34,22 @@ fn backup_queues_start_store_segments_and_complete() {
     let cp = Checkpoints::open_memory().unwrap();
     assert_eq!(cp.backup_queue("b", "v", "q").unwrap(), None);
     cp.start_backup_queue("b", "v", "q", 20).unwrap();
-    cp.backup_segment_stored("b", "v", "q", &seg(2)).unwrap();
-    cp.backup_segment_stored("b", "v", "q", &seg(1)).unwrap();
+    cp.backup_segment_stored("b", "v", "q", &seg(2), Some((10, 19)))
+        .unwrap();
+    cp.backup_segment_stored("b", "v", "q", &seg(1), None)
+        .unwrap();
     let state = cp.backup_queue("b", "v", "q").unwrap().unwrap();
     assert_eq!(state.target_count, 20);
     assert!(!state.completed);
-    assert_eq!(state.segments, vec![seg(1), seg(2)], "in sequence order");
+    let stored = |s, offsets| StoredSegment {
+        metadata: seg(s),
+        offsets,
+    };
+    assert_eq!(
+        state.segments,
+        vec![stored(1, None), stored(2, Some((10, 19)))],
+        "in sequence order"
+    );
     cp.complete_backup_queue("b", "v", "q").unwrap();
     assert!(cp.backup_queue("b", "v", "q").unwrap().unwrap().completed);
     // Other backups and queues are apart.
@@ -148,7 +158,8 @@ fn a_synced_database_is_fetched_on_a_fresh_machine() {
     };
     let cp = open(&cfg, storage.as_ref()).unwrap();
     cp.start_backup_queue("b", "v", "q", 7).unwrap();
-    cp.backup_segment_stored("b", "v", "q", &seg(1)).unwrap();
+    cp.backup_segment_stored("b", "v", "q", &seg(1), None)
+        .unwrap();
     push(&cp, storage.as_ref(), "b/state/offsets.db").unwrap();
     drop(cp);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -156,7 +167,13 @@ fn a_synced_database_is_fetched_on_a_fresh_machine() {
     // The local file is gone: fetched from the key.
     let cp = open(&cfg, storage.as_ref()).unwrap();
     let state = cp.backup_queue("b", "v", "q").unwrap().unwrap();
-    assert_eq!(state.segments, vec![seg(1)]);
+    assert_eq!(
+        state.segments,
+        vec![StoredSegment {
+            metadata: seg(1),
+            offsets: None
+        }]
+    );
     // And into memory.
     let mem = OffsetStorageConfig {
         backend: OffsetBackend::Memory,
@@ -171,4 +188,69 @@ fn a_synced_database_is_fetched_on_a_fresh_machine() {
         7
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn the_state_of_a_backup_is_kept_for_its_creation_time_only() {
+    let cp = Checkpoints::open_memory().unwrap();
+    assert_eq!(cp.backup_created_at("b").unwrap(), None);
+    cp.begin_backup("b", 1_000).unwrap();
+    cp.start_backup_queue("b", "v", "q", 5).unwrap();
+    cp.backup_segment_stored("b", "v", "q", &seg(1), None)
+        .unwrap();
+    cp.start_backup_queue("other", "v", "q", 5).unwrap();
+    assert_eq!(cp.backup_created_at("b").unwrap(), Some(1_000));
+    // Another backup with the same id: everything of the first is forgotten.
+    cp.begin_backup("b", 2_000).unwrap();
+    assert_eq!(cp.backup_created_at("b").unwrap(), Some(2_000));
+    assert_eq!(cp.backup_queue("b", "v", "q").unwrap(), None);
+    assert!(cp.backup_queue("other", "v", "q").unwrap().is_some());
+}
+
+#[test]
+fn a_version_1_database_is_upgraded_and_keeps_its_rows() {
+    let dir = temp_dir("v1");
+    let path = dir.join("offsets.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             INSERT INTO meta VALUES ('schema_version', '1');
+             CREATE TABLE backup_queues (
+                backup_id TEXT NOT NULL, vhost TEXT NOT NULL, queue TEXT NOT NULL,
+                target_count INTEGER NOT NULL, last_segment INTEGER NOT NULL DEFAULT 0,
+                completed INTEGER NOT NULL DEFAULT 0, stream_offset INTEGER, updated_at INTEGER NOT NULL,
+                PRIMARY KEY (backup_id, vhost, queue));
+             CREATE TABLE backup_segments (
+                backup_id TEXT NOT NULL, vhost TEXT NOT NULL, queue TEXT NOT NULL,
+                sequence INTEGER NOT NULL, metadata TEXT NOT NULL,
+                PRIMARY KEY (backup_id, vhost, queue, sequence));",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO backup_queues VALUES ('b', 'v', 'q', 3, 1, 1, NULL, 0)",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO backup_segments VALUES ('b', 'v', 'q', 1, ?1)",
+            [serde_json::to_string(&seg(1)).unwrap()],
+        )
+        .unwrap();
+    }
+    let cp = Checkpoints::open_file(&path).unwrap();
+    let state = cp.backup_queue("b", "v", "q").unwrap().unwrap();
+    assert_eq!(state.segments[0].offsets, None);
+    assert_eq!(state.segments[0].metadata, seg(1));
+    // Not a backup of a known creation time: a rerun does not trust it.
+    assert_eq!(cp.backup_created_at("b").unwrap(), None);
+    cp.backup_segment_stored("b", "v", "q", &seg(2), Some((5, 9)))
+        .unwrap();
+    drop(cp);
+    let again = Checkpoints::open_file(&path).unwrap();
+    assert_eq!(
+        again.backup_queue("b", "v", "q").unwrap().unwrap().segments[1].offsets,
+        Some((5, 9))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -65,10 +65,21 @@ pub struct BackupOptions {
     pub requeue_strategy: RequeueStrategy,
     /// Queues backed up in parallel (one AMQP connection each); default 4; >= 1.
     pub max_concurrent_queues: usize,
-    /// Seconds between checkpoint writes; default 5; >= 1.
-    pub checkpoint_interval_secs: u64,
+    /// SPEC.md's "seconds between checkpoint writes" (default 5, >= 1 when set): accepted and
+    /// has no effect. A backup records its progress at every stored segment: a queue's
+    /// completion, and each segment of a stream in a continuous backup (closed by
+    /// `segment_max_bytes` or `segment_max_interval_ms`, which bound what a killed run reads
+    /// again). The backup warns when it is set.
+    pub checkpoint_interval_secs: Option<u64>,
     /// Seconds between checkpoint syncs to remote storage; default 30; >= 1.
     pub sync_interval_secs: u64,
+    /// How many times a queue's read starts again after its connection was lost (closed by an
+    /// operator or the broker, a broker restart, a network stall caught by the heartbeat, the
+    /// management API down); default 3; 0 = never. Each attempt reads the queue from its head
+    /// (the broker has every message back) into new segments.
+    pub connection_retries: u32,
+    /// Wait before the first retry, milliseconds, doubling each time up to 30 s; default 1000.
+    pub connection_retry_backoff_ms: u64,
     /// Export definitions; default true.
     pub include_definitions: bool,
     /// One-shot backup of the depth present at start; default true (false = continuous, not
@@ -77,6 +88,21 @@ pub struct BackupOptions {
     /// Read streams with the stream protocol (`source.stream_port`); default false, when
     /// streams are skipped with a warning.
     pub stream_enabled: bool,
+    /// This run writes one part of a backup shared by `count` workers (`crate::shard`);
+    /// default none (one run writes the whole backup).
+    pub shard: Option<ShardConfig>,
+}
+
+/// `backup.shard`: which part of a sharded backup this run writes (`crate::shard`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardConfig {
+    /// This worker's part, 0-based, below `count`; unset: the environment variable
+    /// `JOB_COMPLETION_INDEX` (what a Kubernetes Indexed Job sets).
+    #[serde(default)]
+    pub index: Option<u32>,
+    /// How many workers share the backup, at least 1.
+    pub count: u32,
 }
 
 impl Default for BackupOptions {
@@ -89,11 +115,14 @@ impl Default for BackupOptions {
             prefetch_count: None,
             requeue_strategy: RequeueStrategy::Cancel,
             max_concurrent_queues: 4,
-            checkpoint_interval_secs: 5,
+            checkpoint_interval_secs: None,
             sync_interval_secs: 30,
+            connection_retries: 3,
+            connection_retry_backoff_ms: 1000,
             include_definitions: true,
             stop_at_current_depth: true,
             stream_enabled: false,
+            shard: None,
         }
     }
 }
@@ -112,10 +141,20 @@ pub(super) fn validate_backup_options(b: &BackupOptions) -> Result<()> {
             "backup.max_concurrent_queues must be at least 1",
         ));
     }
-    check_positive(
-        b.checkpoint_interval_secs,
-        "backup.checkpoint_interval_secs",
-    )?;
+    if let Some(n) = b.checkpoint_interval_secs {
+        check_positive(n, "backup.checkpoint_interval_secs")?;
+    }
     check_positive(b.sync_interval_secs, "backup.sync_interval_secs")?;
+    if let Some(shard) = &b.shard {
+        if shard.count == 0 {
+            return Err(config_err("backup.shard.count must be at least 1"));
+        }
+        if let Some(i) = shard.index.filter(|i| *i >= shard.count) {
+            return Err(config_err(format!(
+                "backup.shard.index {i} is not below backup.shard.count {}",
+                shard.count
+            )));
+        }
+    }
     Ok(())
 }

@@ -85,14 +85,18 @@ impl Config {
         // A dated or per-job backup id (`nightly-${BACKUP_DATE}`), checked after this.
         interpolate_in_place(&mut self.backup_id, "backup_id")?;
         if let Some(source) = &mut self.source {
-            interpolate_in_place(&mut source.amqp_url, "source.amqp_url")?;
+            for url in source.amqp_url.all_mut() {
+                interpolate_in_place(url, "source.amqp_url")?;
+            }
             interpolate_in_place(
                 &mut source.management_password.0,
                 "source.management_password",
             )?;
         }
         if let Some(target) = &mut self.target {
-            interpolate_in_place(&mut target.amqp_url, "target.amqp_url")?;
+            for url in target.amqp_url.all_mut() {
+                interpolate_in_place(url, "target.amqp_url")?;
+            }
             interpolate_secret(
                 &mut target.management_password,
                 "target.management_password",

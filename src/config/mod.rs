@@ -25,15 +25,17 @@ mod restore;
 mod source;
 mod storage;
 mod target;
+mod urls;
 mod validate;
 
-pub use backup::{BackupOptions, CompressionKind, RequeueStrategy};
+pub use backup::{BackupOptions, CompressionKind, RequeueStrategy, ShardConfig};
 pub use checkpoints::{OffsetBackend, OffsetStorageConfig};
 pub use metrics::MetricsConfig;
 pub use restore::{DefinitionsSelection, PublishMode, RestoreOptions};
 pub use source::{QueueSelection, SourceConfig, TlsConfig};
 pub use storage::{AzureStorage, FilesystemStorage, GcsStorage, S3Storage, StorageConfig};
 pub use target::TargetConfig;
+pub use urls::Urls;
 
 use std::fmt;
 use std::path::Path;

@@ -76,10 +76,14 @@ pub struct RestoreOptions {
     /// Create missing target queues (direct-to-queue); default false; needs target management
     /// access.
     pub create_missing_queues: bool,
-    /// Restore checkpoint database path (not supported yet).
+    /// Restore checkpoint database path: a rerun skips what was confirmed (README "Resuming a
+    /// killed run").
     pub checkpoint_state: Option<PathBuf>,
     /// Seconds between restore checkpoint writes; default 60; >= 1.
     pub checkpoint_interval_secs: u64,
+    /// How long publishing waits while the target blocks its connections (a memory or disk
+    /// alarm, `connection.blocked`) before the restore fails; default 300; >= 1.
+    pub blocked_timeout_secs: u64,
     /// Publish nothing, print a summary; default false.
     pub dry_run: bool,
 }
@@ -103,6 +107,7 @@ impl Default for RestoreOptions {
             create_missing_queues: false,
             checkpoint_state: None,
             checkpoint_interval_secs: 60,
+            blocked_timeout_secs: 300,
             dry_run: false,
         }
     }
@@ -144,6 +149,7 @@ pub(super) fn validate_restore_options(r: &RestoreOptions) -> Result<()> {
         r.checkpoint_interval_secs,
         "restore.checkpoint_interval_secs",
     )?;
+    check_positive(r.blocked_timeout_secs, "restore.blocked_timeout_secs")?;
     check_mapping(&r.queue_mapping, "restore.queue_mapping", false)?;
     check_mapping(&r.vhost_mapping, "restore.vhost_mapping", false)?;
     // Mapping to "" (the default exchange) is allowed.

@@ -1,13 +1,14 @@
 //! `source` (SPEC.md "source"): the broker a backup reads from, its TLS settings and the
 //! queue selection (matched in `crate::selection`). Parsing and field checks only.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::checks::{check_non_empty, check_scheme, config_err};
-use super::{redact_url, Secret};
+use super::checks::{check_non_empty, config_err};
+use super::{Secret, Urls};
 use crate::broker::QueueType;
 use crate::error::Result;
 
@@ -16,10 +17,11 @@ use crate::error::Result;
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// `amqp://user:password@host:port/vhost` (vhost `/` written `%2f`); `amqps://` for TLS.
-    /// Supports `${ENV_VAR}` interpolation.
-    pub amqp_url: String,
-    /// Base URL of the management HTTP API, `http://` or `https://`.
-    pub management_url: String,
+    /// A list names the nodes of a cluster, tried in order ([`Urls`]). Supports `${ENV_VAR}`
+    /// interpolation.
+    pub amqp_url: Urls,
+    /// Base URL of the management HTTP API, `http://` or `https://`; a list is tried in order.
+    pub management_url: Urls,
     /// Management API user name.
     pub management_username: String,
     /// Management API password; supports `${ENV_VAR}` interpolation.
@@ -35,6 +37,19 @@ pub struct SourceConfig {
     /// Queue selection; `None` selects every queue (see `crate::selection`).
     #[serde(default)]
     pub queues: Option<QueueSelection>,
+    /// Read each queue through a connection to the node that hosts it (`crate::nodes`);
+    /// default true. No effect on a single node.
+    #[serde(default = "default_true")]
+    pub node_local_reads: bool,
+    /// Node name (`rabbit@host`) → `host:port` of its AMQP listener as this tool reaches it,
+    /// for node-local reads where the broker's own addresses are not reachable (a Kubernetes
+    /// Service per pod). Default empty: the addresses come from the management API.
+    #[serde(default)]
+    pub node_addresses: BTreeMap<String, String>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl SourceConfig {
@@ -51,13 +66,15 @@ impl SourceConfig {
 impl fmt::Debug for SourceConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SourceConfig")
-            .field("amqp_url", &redact_url(&self.amqp_url))
-            .field("management_url", &redact_url(&self.management_url))
+            .field("amqp_url", &self.amqp_url)
+            .field("management_url", &self.management_url)
             .field("management_username", &self.management_username)
             .field("management_password", &self.management_password)
             .field("stream_port", &self.stream_port)
             .field("tls", &self.tls)
             .field("queues", &self.queues)
+            .field("node_local_reads", &self.node_local_reads)
+            .field("node_addresses", &self.node_addresses)
             .finish()
     }
 }
@@ -98,16 +115,12 @@ pub struct QueueSelection {
 }
 
 pub(super) fn validate_source(source: &SourceConfig) -> Result<()> {
-    check_scheme(
-        &source.amqp_url,
-        "source.amqp_url",
-        &["amqp://", "amqps://"],
-    )?;
-    check_scheme(
-        &source.management_url,
-        "source.management_url",
-        &["http://", "https://"],
-    )?;
+    source
+        .amqp_url
+        .check("source.amqp_url", &["amqp://", "amqps://"])?;
+    source
+        .management_url
+        .check("source.management_url", &["http://", "https://"])?;
     check_non_empty(&source.management_username, "source.management_username")?;
     if source.stream_port == Some(0) {
         return Err(config_err("source.stream_port must be between 1 and 65535"));

@@ -5,55 +5,68 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use super::checks::{check_non_empty, check_scheme, config_err};
-use super::{redact_url, Secret};
+use super::checks::{check_non_empty, config_err};
+use super::{Secret, Urls};
 use crate::error::Result;
 
 /// `target`: the broker a restore publishes to (SPEC.md "target").
 #[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
-    /// AMQP URL of the target broker; supports `${ENV_VAR}` interpolation.
-    pub amqp_url: String,
-    /// Management API base URL; required when `restore.restore_definitions` or
-    /// `restore.create_missing_queues` is true.
+    /// AMQP URL of the target broker, or a list of the nodes of a cluster tried in order
+    /// ([`Urls`]); supports `${ENV_VAR}` interpolation.
+    pub amqp_url: Urls,
+    /// Management API base URL (or a list, tried in order); required when
+    /// `restore.restore_definitions` or `restore.create_missing_queues` is true.
     #[serde(default)]
-    pub management_url: Option<String>,
+    pub management_url: Option<Urls>,
     /// Required together with `management_url`.
     #[serde(default)]
     pub management_username: Option<String>,
     /// Required together with `management_url`; supports `${ENV_VAR}` interpolation.
     #[serde(default)]
     pub management_password: Option<Secret>,
-    /// TLS for the target's AMQP and https management connections, as `source.tls`.
+    /// TLS for the target's AMQP, stream and https management connections, as `source.tls`.
     #[serde(default)]
     pub tls: Option<super::TlsConfig>,
+    /// Stream protocol port of the target: used only to publish stream messages a backup
+    /// stored whole as AMQP 1.0 bytes (`crate::stream::amqp10::RAW_BODY_HEADER`) back into a
+    /// stream. Default 5552, or 5551 when the target uses TLS ([`TargetConfig::stream_port_for`]).
+    #[serde(default)]
+    pub stream_port: Option<u16>,
+}
+
+impl TargetConfig {
+    /// The stream port: `stream_port`, else 5552, or 5551 when `tls` (the target uses TLS).
+    pub fn stream_port_for(&self, tls: bool) -> u16 {
+        self.stream_port.unwrap_or(if tls {
+            crate::tls::DEFAULT_STREAM_TLS_PORT
+        } else {
+            5552
+        })
+    }
 }
 
 impl fmt::Debug for TargetConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TargetConfig")
-            .field("amqp_url", &redact_url(&self.amqp_url))
-            .field(
-                "management_url",
-                &self.management_url.as_deref().map(redact_url),
-            )
+            .field("amqp_url", &self.amqp_url)
+            .field("management_url", &self.management_url)
             .field("management_username", &self.management_username)
             .field("management_password", &self.management_password)
             .field("tls", &self.tls)
+            .field("stream_port", &self.stream_port)
             .finish()
     }
 }
 
 pub(super) fn validate_target(target: &TargetConfig) -> Result<()> {
-    check_scheme(
-        &target.amqp_url,
-        "target.amqp_url",
-        &["amqp://", "amqps://"],
-    )?;
+    target
+        .amqp_url
+        .check("target.amqp_url", &["amqp://", "amqps://"])?;
     match &target.management_url {
         Some(url) => {
-            check_scheme(url, "target.management_url", &["http://", "https://"])?;
+            url.check("target.management_url", &["http://", "https://"])?;
             match &target.management_username {
                 None => {
                     return Err(config_err(
@@ -75,6 +88,9 @@ pub(super) fn validate_target(target: &TargetConfig) -> Result<()> {
                 ));
             }
         }
+    }
+    if target.stream_port == Some(0) {
+        return Err(config_err("target.stream_port must be between 1 and 65535"));
     }
     super::source::validate_tls(target.tls.as_ref(), "target.tls")
 }

@@ -180,7 +180,10 @@ fn full_example_parses_every_field() {
     );
     let t = c.target.as_ref().expect("target");
     assert_eq!(t.amqp_url, "amqp://t:tpw@target:5673/%2f");
-    assert_eq!(t.management_url.as_deref(), Some("http://target:15673"));
+    assert_eq!(
+        t.management_url.as_ref().map(|u| u.first()),
+        Some("http://target:15673")
+    );
     assert_eq!(t.management_username.as_deref(), Some("tadmin"));
     assert_eq!(t.management_password, Some(Secret::new("tsecret")));
     assert_eq!(
@@ -199,11 +202,14 @@ fn full_example_parses_every_field() {
             prefetch_count: Some(0),
             requeue_strategy: RequeueStrategy::Nack,
             max_concurrent_queues: 2,
-            checkpoint_interval_secs: 10,
+            checkpoint_interval_secs: Some(10),
             sync_interval_secs: 20,
+            connection_retries: 3,
+            connection_retry_backoff_ms: 1000,
             include_definitions: false,
             stop_at_current_depth: false,
             stream_enabled: true,
+            shard: None,
         }
     );
     let r = &c.restore;
@@ -286,7 +292,10 @@ fn minimal_backup_gets_every_default() {
     assert_eq!(b.prefetch_count, None, "unset: the backup does not warn");
     assert_eq!(b.requeue_strategy, RequeueStrategy::Cancel);
     assert_eq!(b.max_concurrent_queues, 4);
-    assert_eq!(b.checkpoint_interval_secs, 5);
+    assert_eq!(
+        b.checkpoint_interval_secs, None,
+        "unset: the backup does not warn"
+    );
     assert_eq!(b.sync_interval_secs, 30);
     assert!(b.include_definitions);
     assert!(b.stop_at_current_depth);
@@ -463,7 +472,7 @@ fn backup_option_ranges() {
         "backup.max_concurrent_queues must be at least 1",
     );
     check(
-        &|b| b.checkpoint_interval_secs = 0,
+        &|b| b.checkpoint_interval_secs = Some(0),
         "backup.checkpoint_interval_secs must be greater than 0",
     );
     check(
@@ -631,6 +640,7 @@ fn target_management_rules() {
         management_username: None,
         management_password: None,
         tls: None,
+        stream_port: None,
     });
     assert!(c.validate().is_ok());
 }

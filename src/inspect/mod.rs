@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::manifest::{self, Manifest};
 use crate::now_ms;
 use crate::storage::Storage;
-use crate::units::human_bytes;
+use crate::units::{format_ms, human_bytes};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -111,20 +111,33 @@ impl BackupList {
 }
 
 fn read_manifest(storage: &dyn Storage, backup_id: &str) -> Result<Manifest> {
-    Manifest::from_json(&storage.get_bytes(&manifest::manifest_key(backup_id))?)
+    Manifest::read(storage, backup_id)
 }
 
 /// The state of a backup (SPEC.md "States and transitions"): `completed` when its manifest has
-/// `completed_at`; otherwise `running` while the run lock of the backup is live (see
-/// [`crate::lock`]: a heartbeat less than 30 s old), else `interrupted`.
+/// `completed_at`; otherwise `running` while the run lock of the backup (or of one of its
+/// parts, `crate::shard`) is live (see
+/// [`crate::lock`]: a heartbeat less than [`crate::lock::STALE_AFTER_MS`] old, from a run that has
+/// not ended and whose process is not known to be gone), else `interrupted`.
 ///
 /// Errors: storage failures reading the lock.
 pub fn status(storage: &dyn Storage, m: &Manifest) -> Result<&'static str> {
     if m.completed_at.is_some() {
         return Ok("completed");
     }
-    let live = crate::lock::read(storage, &m.backup_id)?.is_some_and(|l| l.is_live(now_ms()));
-    Ok(if live { "running" } else { "interrupted" })
+    let names = match m.parts {
+        // A sharded backup runs while any of its parts does.
+        Some(count) => (0..count)
+            .map(|i| crate::lock::LockName::part(&m.backup_id, i, count))
+            .collect(),
+        None => vec![crate::lock::LockName::backup(&m.backup_id)],
+    };
+    for name in &names {
+        if crate::lock::read_named(storage, name)?.is_some_and(|l| l.is_live(now_ms())) {
+            return Ok("running");
+        }
+    }
+    Ok("interrupted")
 }
 
 /// `list`: every backup in the storage, oldest first. A manifest that cannot be parsed is
@@ -219,6 +232,13 @@ pub fn describe(storage: &dyn Storage, backup_id: &str, format: Format) -> Resul
         m.broker_version.clone().unwrap_or_else(|| "-".into()),
     );
     line(&mut out, "Tool version:", m.backup_tool_version.clone());
+    if let Some(parts) = m.parts {
+        line(
+            &mut out,
+            "Written in:",
+            format!("{parts} parts (backup.shard; {}/parts/)", m.backup_id),
+        );
+    }
     line(
         &mut out,
         "Definitions:",
@@ -259,6 +279,7 @@ pub fn describe(storage: &dyn Storage, backup_id: &str, format: Format) -> Resul
                 human_bytes(q.segments.iter().map(|s| s.size_bytes).sum()),
                 q.first_message_timestamp.map_or("-".into(), format_ms),
                 q.last_message_timestamp.map_or("-".into(), format_ms),
+                unacked_at_start(q),
             ]
         })
         .collect();
@@ -272,10 +293,21 @@ pub fn describe(storage: &dyn Storage, backup_id: &str, format: Format) -> Resul
             "SIZE",
             "FIRST (UTC)",
             "LAST (UTC)",
+            "UNACKED AT START",
         ],
         &rows,
     ));
     Ok(out)
+}
+
+/// The messages a queue held unacknowledged when its read started, and how many of them the
+/// backup left out (`500 (500 left out)`); `-` when not recorded (streams, older backups).
+fn unacked_at_start(q: &crate::manifest::QueueBackup) -> String {
+    match (q.messages_unacknowledged_at_start, q.messages_left_out) {
+        (None, None) => "-".into(),
+        (n, None) => n.unwrap_or(0).to_string(),
+        (n, Some(left)) => format!("{} ({left} left out)", n.unwrap_or(left)),
+    }
 }
 
 fn to_json<T: Serialize>(v: &T) -> Result<String> {
@@ -313,20 +345,6 @@ fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
         line(row.iter().map(String::as_str).collect());
     }
     out
-}
-
-/// Epoch milliseconds as `YYYY-MM-DD HH:MM:SS` UTC.
-pub fn format_ms(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = crate::units::civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 #[cfg(test)]

@@ -1,6 +1,10 @@
 //! `validate [--deep]` (SPEC.md "Command-line interface"): the manifest agrees with itself,
 //! every object it lists exists with its size, and with `--deep` every segment checks out
 //! (CRC32, SHA-256, records), one thread per core.
+//!
+//! Gaps are damage too: a queue's segments are numbered without a hole (they come from one
+//! run; a stream's may skip the numbers of a killed run's unrecorded segments), and with
+//! `--deep` a stream's records carry consecutive offsets from its first to its last.
 
 use super::{read_manifest, render, status, to_json, Format};
 use crate::error::{Error, Result};
@@ -155,6 +159,11 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
             ));
         }
     }
+    for q in &m.queues {
+        if let Some(gap) = sequence_gap(q) {
+            problems.push(problem(&manifest_key, gap));
+        }
+    }
     let segments: Vec<&manifest::SegmentMetadata> =
         m.queues.iter().flat_map(|q| &q.segments).collect();
     let mut checked = check_segments(storage, &segments, spool.as_ref().map(|d| d.path()));
@@ -167,19 +176,77 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
             return Err(e);
         }
     }
-    for (s, checked) in segments.iter().zip(checked) {
-        report.segments_checked += 1;
-        match checked {
-            Some(Ok(records)) => report.records_checked += records,
-            Some(Err(e)) => problems.push(problem(&s.key, e)),
-            None => problems.push(problem(
-                &s.key,
-                Error::Io("a validation thread stopped before checking it".into()),
-            )),
+    let mut checked = checked.into_iter();
+    for q in &m.queues {
+        let stream = q.queue_type == crate::broker::QueueType::Stream;
+        // The tag of the last record of the segment before (a stream's offset).
+        let mut last_tag: Option<(u64, &str)> = None;
+        for s in &q.segments {
+            report.segments_checked += 1;
+            match checked.next().flatten() {
+                Some(Ok(c)) => {
+                    report.records_checked += c.records;
+                    if !stream {
+                        continue;
+                    }
+                    if let Some(e) = c.gap {
+                        problems.push(problem(&s.key, e));
+                    }
+                    if let (Some((last, key)), Some((first, _))) = (last_tag, c.tags) {
+                        if last.checked_add(1) != Some(first) {
+                            problems.push(problem(
+                                &s.key,
+                                Error::Serialization(format!(
+                                    "stream {} in vhost {}: offsets after {last} (the last of {key}) are missing: this segment starts at {first}",
+                                    q.name, q.vhost
+                                )),
+                            ));
+                        }
+                    }
+                    if let Some((_, last)) = c.tags {
+                        last_tag = Some((last, &s.key));
+                    }
+                }
+                Some(Err(e)) => problems.push(problem(&s.key, e)),
+                None => problems.push(problem(
+                    &s.key,
+                    Error::Io("a validation thread stopped before checking it".into()),
+                )),
+            }
         }
     }
     report.problems = problems;
     Ok(report)
+}
+
+/// A queue whose segment numbers go backwards, or (for a queue, not a stream) skip one.
+fn sequence_gap(q: &manifest::QueueBackup) -> Option<Error> {
+    let stream = q.queue_type == crate::broker::QueueType::Stream;
+    q.segments.windows(2).find_map(|w| {
+        let (a, b) = (w[0].sequence, w[1].sequence);
+        let bad = b <= a || (!stream && b != a + 1);
+        bad.then(|| {
+            Error::Manifest(format!(
+                "queue {} in vhost {}: segment {b} follows segment {a}{}",
+                q.name,
+                q.vhost,
+                if b > a + 1 {
+                    format!(": segments {}..{} are missing", a + 1, b - 1)
+                } else {
+                    String::new()
+                }
+            ))
+        })
+    })
+}
+
+/// What a deep check of one segment found.
+struct SegmentCheck {
+    records: u64,
+    /// Delivery tags of its first and last records (a stream's offsets).
+    tags: Option<(u64, u64)>,
+    /// Consecutive records whose tags do not follow each other (meaningful for streams).
+    gap: Option<Error>,
 }
 
 /// True for errors that show a damaged or missing object; false for failures to reach the
@@ -215,14 +282,14 @@ fn check_segments(
     storage: &dyn Storage,
     segments: &[&manifest::SegmentMetadata],
     spool: Option<&std::path::Path>,
-) -> Vec<Option<Result<u64>>> {
+) -> Vec<Option<Result<SegmentCheck>>> {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(segments.len().max(1));
     let next = AtomicUsize::new(0);
     let unreachable = AtomicBool::new(false);
-    let results: Vec<std::sync::Mutex<Option<Result<u64>>>> = segments
+    let results: Vec<std::sync::Mutex<Option<Result<SegmentCheck>>>> = segments
         .iter()
         .map(|_| std::sync::Mutex::new(None))
         .collect();
@@ -239,7 +306,11 @@ fn check_segments(
                     Some(dir) => {
                         check_segment_deep(storage, s, &dir.join(format!("validate-{worker}.rbak")))
                     }
-                    None => check_segment_exists(storage, s).map(|()| 0),
+                    None => check_segment_exists(storage, s).map(|()| SegmentCheck {
+                        records: 0,
+                        tags: None,
+                        gap: None,
+                    }),
                 };
                 if matches!(&r, Err(e) if !is_damage(e)) {
                     unreachable.store(true, Ordering::Relaxed);
@@ -256,13 +327,12 @@ fn check_segments(
         .collect()
 }
 
-/// Fetches one segment and checks CRC32, SHA-256, record count and every record; returns the
-/// number of records.
+/// Fetches one segment and checks CRC32, SHA-256, record count and every record.
 fn check_segment_deep(
     storage: &dyn Storage,
     s: &manifest::SegmentMetadata,
     path: &std::path::Path,
-) -> Result<u64> {
+) -> Result<SegmentCheck> {
     let result = (|| {
         storage.get_to_file(&s.key, path)?;
         let reader = SegmentReader::open(path)?;
@@ -273,18 +343,34 @@ fn check_segment_deep(
                 s.checksum
             )));
         }
-        let mut n = 0u64;
+        let mut c = SegmentCheck {
+            records: 0,
+            tags: None,
+            gap: None,
+        };
         for json in reader.records() {
-            decode_record(&json?)?;
-            n += 1;
+            let tag = decode_record(&json?)?.delivery_tag;
+            c.records += 1;
+            c.tags = Some(match c.tags {
+                None => (tag, tag),
+                Some((first, last)) => {
+                    if c.gap.is_none() && last.checked_add(1) != Some(tag) {
+                        c.gap = Some(Error::Serialization(format!(
+                            "record {} has offset {tag} after offset {last}: offsets are missing or repeated",
+                            c.records
+                        )));
+                    }
+                    (first, tag)
+                }
+            });
         }
-        if n != s.record_count {
+        if c.records != s.record_count {
             return Err(Error::Serialization(format!(
-                "Expected {} records but found {n} (the manifest's count)",
-                s.record_count
+                "Expected {} records but found {} (the manifest's count)",
+                s.record_count, c.records
             )));
         }
-        Ok(n)
+        Ok(c)
     })();
     let _ = std::fs::remove_file(path);
     result
@@ -313,4 +399,45 @@ fn check_definitions(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::QueueType;
+
+    fn queue(kind: QueueType, sequences: &[u64]) -> manifest::QueueBackup {
+        let segments = sequences
+            .iter()
+            .map(|&sequence| manifest::SegmentMetadata {
+                key: format!("b/queues/v/q/segment-{sequence:04}.zst"),
+                sequence,
+                record_count: 1,
+                size_bytes: 1,
+                uncompressed_bytes: 1,
+                first_timestamp: None,
+                last_timestamp: None,
+                checksum: String::new(),
+            })
+            .collect();
+        manifest::QueueBackup::from_segments("v", "q", kind, segments)
+    }
+
+    #[test]
+    fn holes_in_segment_numbers_are_found() {
+        assert!(sequence_gap(&queue(QueueType::Classic, &[1, 2, 3])).is_none());
+        assert!(sequence_gap(&queue(QueueType::Quorum, &[4, 5])).is_none());
+        let e = sequence_gap(&queue(QueueType::Classic, &[1, 2, 5])).unwrap();
+        assert_eq!(
+            e.to_string(),
+            "Manifest error: queue q in vhost v: segment 5 follows segment 2: segments 3..4 are missing"
+        );
+        // A stream may skip the numbers of a killed run's segments; never go back.
+        assert!(sequence_gap(&queue(QueueType::Stream, &[1, 2, 5])).is_none());
+        let e = sequence_gap(&queue(QueueType::Stream, &[1, 3, 3])).unwrap();
+        assert!(
+            e.to_string().ends_with("segment 3 follows segment 3"),
+            "{e}"
+        );
+    }
 }

@@ -25,6 +25,8 @@ pub struct QueueInfo {
     /// Message count: `messages`, else `messages_ready + messages_unacknowledged`, else 0 (stats not
     /// emitted yet, e.g. a queue declared a moment ago).
     pub messages: u64,
+    /// `messages_unacknowledged` (0 when the statistics do not have it yet).
+    pub unacknowledged: u64,
     /// Durable flag.
     pub durable: bool,
     /// Auto-delete flag.
@@ -37,6 +39,11 @@ pub struct QueueInfo {
     pub policy: Option<String>,
     /// Definition of the effective policy (empty when none).
     pub effective_policy_definition: Map<String, Value>,
+    /// The node that hosts the queue: a quorum queue's `leader`, else `node` (a classic
+    /// queue's node, a stream's leader); `None` when the API does not say.
+    pub node: Option<String>,
+    /// `state` (`running`, `down` when its node is gone, ...); `None` before statistics.
+    pub state: Option<String>,
 }
 
 /// The queue object as the API sends it; every field optional since `columns` and stats vary.
@@ -66,6 +73,12 @@ pub(super) struct RawQueue {
     policy: Option<Value>,
     #[serde(default)]
     effective_policy_definition: Option<Value>,
+    #[serde(default)]
+    node: Option<String>,
+    #[serde(default)]
+    leader: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
 }
 
 /// Turns a JSON value into a map; `[]` (how the broker sometimes renders an empty map) and `null`
@@ -95,12 +108,15 @@ impl From<RawQueue> for QueueInfo {
             queue_type: QueueType::from_api(&type_name),
             type_name,
             messages,
+            unacknowledged: r.messages_unacknowledged.unwrap_or(0),
             durable: r.durable.unwrap_or(false),
             auto_delete: r.auto_delete.unwrap_or(false),
             exclusive: r.exclusive.unwrap_or(false),
             arguments: value_to_map(r.arguments),
             policy,
             effective_policy_definition: value_to_map(r.effective_policy_definition),
+            node: r.leader.or(r.node).filter(|n| !n.is_empty()),
+            state: r.state,
         }
     }
 }
@@ -114,6 +130,21 @@ pub struct Overview {
     /// `rabbitmq_version` field (e.g. `3.10.8`).
     #[serde(default, rename = "rabbitmq_version")]
     pub broker_version: Option<String>,
+    /// `listeners`: each node's listening sockets (AMQP, stream, clustering, ...).
+    #[serde(default)]
+    pub listeners: Vec<Listener>,
+}
+
+/// One listening socket of a node (`/api/overview` `listeners`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Listener {
+    /// The node (`rabbit@host`).
+    pub node: String,
+    /// `amqp`, `amqp/ssl`, `stream`, `stream/ssl`, `http`, `clustering`, ...
+    pub protocol: String,
+    /// The address it is bound to (`::` or `0.0.0.0` for every interface).
+    pub ip_address: String,
+    pub port: u16,
 }
 
 /// Memory use of one node from `GET /api/nodes`.
@@ -170,12 +201,12 @@ impl ManagementClient {
         Ok(QueueInfo::from(raw))
     }
 
-    /// Cluster name and broker version (`GET /api/overview`); needs the monitoring or
-    /// administrator tag (SPEC.md "Authentication").
+    /// Cluster name, broker version and listeners (`GET /api/overview`); needs the monitoring
+    /// or administrator tag (SPEC.md "Authentication").
     pub fn overview(&self) -> Result<Overview> {
         self.get_json(
             "/api/overview",
-            Some("columns=cluster_name,rabbitmq_version"),
+            Some("columns=cluster_name,rabbitmq_version,listeners"),
         )
     }
 

@@ -16,13 +16,17 @@
 //! The password is sent only in the `Authorization` header and never appears in a message or log.
 
 mod api;
+mod holders;
 
-pub use api::{NodeMemory, Overview, QueueInfo};
+pub use api::{Listener, NodeMemory, Overview, QueueInfo};
+pub use holders::{ConsumerInfo, QueueHolders};
 
 use crate::error::{mask_url, Error, Result};
 use base64::Engine as _;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Connect timeout of every request.
@@ -37,7 +41,7 @@ const MAX_BODY_BYTES: u64 = 1 << 30;
 const ATTEMPTS: u32 = 3;
 /// Columns requested from `/api/queues` to keep the payload small.
 const QUEUE_COLUMNS: &str = "vhost,name,type,messages,messages_ready,messages_unacknowledged,\
-durable,auto_delete,exclusive,arguments,policy,effective_policy_definition";
+durable,auto_delete,exclusive,arguments,policy,effective_policy_definition,node,leader,state";
 
 /// Characters left as they are in a path segment: ASCII letters, digits, `-`, `_`, `~`, `.`
 /// (RFC 3986 unreserved). Everything else, including `/`, `+`, `%` and space, is percent-encoded.
@@ -60,22 +64,34 @@ pub fn encode_segment(segment: &str) -> String {
 
 /// A blocking management API client. Cheap to share by reference across threads (`Send + Sync`);
 /// connections are pooled.
+#[derive(Clone)]
 pub struct ManagementClient {
     agent: ureq::Agent,
-    /// Base URL without trailing slash, e.g. `http://127.0.0.1:15672`.
-    base: String,
-    /// Base URL for messages, password masked.
-    base_masked: String,
+    /// The nodes' base URLs, tried in order (never empty).
+    bases: Arc<[Base]>,
+    /// The base URL that answered last: requests go there first.
+    current: Arc<AtomicUsize>,
     /// `Basic ...` value of the Authorization header.
     authorization: String,
     /// For https: what a failed handshake's message names (`crate::tls`).
     tls: Option<crate::tls::Context>,
+    /// Tries per idempotent request ([`ATTEMPTS`], or 1: see [`Self::single_attempt`]).
+    attempts: u32,
+}
+
+/// One base URL of the management API.
+struct Base {
+    /// Without trailing slash, e.g. `http://127.0.0.1:15672`.
+    url: String,
+    /// For messages, password masked.
+    masked: String,
 }
 
 impl std::fmt::Debug for ManagementClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bases: Vec<&str> = self.bases.iter().map(|b| b.masked.as_str()).collect();
         f.debug_struct("ManagementClient")
-            .field("base", &self.base_masked)
+            .field("bases", &bases)
             .finish_non_exhaustive()
     }
 }
@@ -114,16 +130,41 @@ impl ManagementClient {
         password: &str,
         tls: Option<&crate::tls::TlsClient>,
     ) -> Result<Self> {
-        let base = base_url.trim().trim_end_matches('/').to_string();
-        let lower = base.to_ascii_lowercase();
-        let rest = lower
-            .strip_prefix("http://")
-            .or_else(|| lower.strip_prefix("https://"));
-        if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) || base.contains(['?', '#']) {
-            return Err(Error::Config(format!(
-                "Invalid management URL: {}",
-                mask_url(base_url)
-            )));
+        Self::for_nodes(&[base_url.to_string()], username, password, tls)
+    }
+
+    /// [`Self::new`] for the management API of several nodes (`source.management_url` as a
+    /// list): each request goes to the node that answered last; one that does not answer (no
+    /// connection, a timeout) is followed at once by the next, with a warning.
+    ///
+    /// Errors: as [`Self::new`], for any of `base_urls`, or an empty list.
+    pub fn for_nodes(
+        base_urls: &[String],
+        username: &str,
+        password: &str,
+        tls: Option<&crate::tls::TlsClient>,
+    ) -> Result<Self> {
+        let mut bases = Vec::with_capacity(base_urls.len());
+        for base_url in base_urls {
+            let base = base_url.trim().trim_end_matches('/').to_string();
+            let lower = base.to_ascii_lowercase();
+            let rest = lower
+                .strip_prefix("http://")
+                .or_else(|| lower.strip_prefix("https://"));
+            if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) || base.contains(['?', '#'])
+            {
+                return Err(Error::Config(format!(
+                    "Invalid management URL: {}",
+                    mask_url(base_url)
+                )));
+            }
+            bases.push(Base {
+                masked: mask_url(&base),
+                url: base,
+            });
+        }
+        if bases.is_empty() {
+            return Err(Error::Config("no management URL".into()));
         }
         let mut config = ureq::Agent::config_builder();
         if let Some(tls) = tls {
@@ -139,14 +180,22 @@ impl ManagementClient {
         let credentials = format!("{username}:{password}");
         Ok(ManagementClient {
             agent: config.new_agent(),
-            base_masked: mask_url(&base),
+            bases: bases.into(),
+            current: Arc::new(AtomicUsize::new(0)),
             tls: tls.map(|t| t.context().clone()),
-            base,
+            attempts: ATTEMPTS,
             authorization: format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(credentials.as_bytes())
             ),
         })
+    }
+
+    /// This client, each request tried once: for a caller that asks again soon anyway (the
+    /// backup's memory alarm watch) and would only repeat the retry warnings.
+    pub fn single_attempt(mut self) -> ManagementClient {
+        self.attempts = 1;
+        self
     }
 
     /// Sends one request and returns the status and body of a 2xx answer.
@@ -167,7 +216,7 @@ impl ManagementClient {
     ) -> Result<(u16, Vec<u8>)> {
         let mut attempt = 1;
         loop {
-            let result = self.request_once(method, path, query, body, timeout, ok_404);
+            let result = self.request_any_node(method, path, query, body, timeout, ok_404);
             let transient = match &result {
                 Err(Error::Management(m)) if method != Method::Post => {
                     m.starts_with("error sending request")
@@ -178,7 +227,7 @@ impl ManagementClient {
                 }
                 _ => false,
             };
-            if !transient || attempt >= ATTEMPTS {
+            if !transient || attempt >= self.attempts {
                 return result;
             }
             let delay =
@@ -189,6 +238,45 @@ impl ManagementClient {
             std::thread::sleep(delay);
             attempt += 1;
         }
+    }
+
+    /// One try of a request: on the node that answered last, then, when it does not answer,
+    /// on each other node in turn (the one that answers is used from then on). When none
+    /// answers, the error names each.
+    fn request_any_node(
+        &self,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        body: Option<&[u8]>,
+        timeout: Duration,
+        ok_404: bool,
+    ) -> Result<(u16, Vec<u8>)> {
+        let n = self.bases.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut unanswered = Vec::new();
+        for k in 0..n {
+            let i = (first + k) % n;
+            let base = &self.bases[i];
+            match self.request_once(base, method, path, query, body, timeout, ok_404) {
+                Err(Error::Management(m)) if n > 1 && m.starts_with("error sending request") => {
+                    if k + 1 < n {
+                        log::warn!(
+                            "{m}; trying the management API at {}",
+                            self.bases[(i + 1) % n].masked
+                        );
+                    }
+                    unanswered.push(m);
+                }
+                result => {
+                    if k > 0 {
+                        self.current.store(i, Ordering::Relaxed);
+                    }
+                    return result;
+                }
+            }
+        }
+        Err(Error::Management(unanswered.join("; ")))
     }
 
     /// A failed TLS handshake in plain words, when `e` is one (and the URL is https).
@@ -204,8 +292,10 @@ impl ManagementClient {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn request_once(
         &self,
+        base: &Base,
         method: Method,
         path: &str,
         query: Option<&str>,
@@ -214,10 +304,10 @@ impl ManagementClient {
         ok_404: bool,
     ) -> Result<(u16, Vec<u8>)> {
         let url = match query {
-            Some(q) => format!("{}{}?{}", self.base, path, q),
-            None => format!("{}{}", self.base, path),
+            Some(q) => format!("{}{}?{}", base.url, path, q),
+            None => format!("{}{}", base.url, path),
         };
-        let shown_url = format!("{}{}", self.base_masked, path);
+        let shown_url = format!("{}{}", base.masked, path);
         let send_error = |detail: String| {
             Error::Management(format!(
                 "error sending request for url {shown_url}: {detail}"
@@ -255,7 +345,7 @@ impl ManagementClient {
                     // Not transient: no retry.
                     return Err(Error::Management(format!(
                         "TLS handshake with {} failed: {why}",
-                        self.base_masked
+                        base.masked
                     )));
                 }
                 return Err(send_error(e.to_string()));

@@ -75,17 +75,18 @@ impl Gauge {
     }
 }
 
-/// A counter family with three labels: one [`Counter`] per distinct label values.
+/// A counter family with `N` labels (three unless said): one [`Counter`] per distinct label
+/// values.
 #[derive(Debug)]
-pub struct CounterFamily {
+pub struct CounterFamily<const N: usize = 3> {
     name: &'static str,
     help: &'static str,
-    labels: [&'static str; 3],
-    series: Mutex<Vec<([String; 3], Counter)>>,
+    labels: [&'static str; N],
+    series: Mutex<Vec<([String; N], Counter)>>,
 }
 
-impl CounterFamily {
-    fn new(name: &'static str, help: &'static str, labels: [&'static str; 3]) -> Self {
+impl<const N: usize> CounterFamily<N> {
+    fn new(name: &'static str, help: &'static str, labels: [&'static str; N]) -> Self {
         CounterFamily {
             name,
             help,
@@ -96,7 +97,7 @@ impl CounterFamily {
 
     /// The counter of these label values, created at 0 when new. Takes a lock and compares
     /// strings: call it once per queue, not per message.
-    pub fn with(&self, values: [&str; 3]) -> Counter {
+    pub fn with(&self, values: [&str; N]) -> Counter {
         let mut series = lock(&self.series);
         if let Some((_, c)) = series.iter().find(|(v, _)| v.iter().eq(values.iter())) {
             return c.clone();
@@ -113,7 +114,7 @@ impl CounterFamily {
 
     fn render(&self, out: &mut String) {
         header(out, self.name, self.help, "counter");
-        let mut series: Vec<([String; 3], u64)> = lock(&self.series)
+        let mut series: Vec<([String; N], u64)> = lock(&self.series)
             .iter()
             .map(|(v, c)| (v.clone(), c.get()))
             .collect();
@@ -179,6 +180,18 @@ pub struct Metrics {
     /// it): selected queues a backup left alone (exclusive, quorum with a delivery limit,
     /// streams, unknown types). Not in SPEC.md's list: the exit code 4 says the same to scripts.
     pub queues_skipped: CounterFamily,
+    /// `broker_backup_messages_left_out` (QueueLabels): messages a queue held unacknowledged by
+    /// a live consumer of another application when its backup started, not in the backup
+    /// (`crate::backup`, exit 4). Not in SPEC.md's list.
+    pub messages_left_out: CounterFamily,
+    /// `broker_backup_queue_retries` (QueueLabels): reads of a queue started again after its
+    /// connection was lost (`crate::backup`). Not in SPEC.md's list.
+    pub queue_retries: CounterFamily,
+    /// `broker_storage_retries` (labels `backend`, `outcome`: `succeeded` or `failed`):
+    /// storage requests made again after a transient failure (5xx, 408, 429, a timeout, a
+    /// reset), by the outcome of the operation they belong to (`crate::storage::retry`). Not in
+    /// SPEC.md's list.
+    pub storage_retries: CounterFamily<2>,
     /// `broker_restore_messages_published` (QueueLabels).
     pub restore_published: CounterFamily,
     /// `broker_restore_messages_confirmed` (QueueLabels).
@@ -231,6 +244,19 @@ impl Metrics {
             queues_skipped: q(
                 "broker_backup_queues_skipped",
                 "Selected queues the backup left alone (exclusive, delivery limit, unsupported type).",
+            ),
+            messages_left_out: q(
+                "broker_backup_messages_left_out",
+                "Messages unacknowledged by another application's consumer at the start of a queue's backup, not backed up.",
+            ),
+            queue_retries: q(
+                "broker_backup_queue_retries",
+                "Reads of a queue started again after its connection was lost.",
+            ),
+            storage_retries: CounterFamily::new(
+                "broker_storage_retries",
+                "Storage requests made again after a transient failure, by backend and the outcome of their operation.",
+                ["backend", "outcome"],
             ),
             restore_published: q(
                 "broker_restore_messages_published",
@@ -317,6 +343,9 @@ impl Metrics {
         );
         self.errors.render(&mut out);
         self.queues_skipped.render(&mut out);
+        self.messages_left_out.render(&mut out);
+        self.queue_retries.render(&mut out);
+        self.storage_retries.render(&mut out);
         self.restore_published.render(&mut out);
         self.restore_confirmed.render(&mut out);
         self.restore_failed.render(&mut out);

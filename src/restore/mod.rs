@@ -15,22 +15,26 @@
 //! - `publish`: publishing with confirms, the rate limit, and the restore checkpoint.
 
 mod publish;
+mod raw_stream;
 mod segments;
+mod target;
 
-use crate::amqp::{ConnectOptions, Connection};
+use crate::amqp::ConnectOptions;
 use crate::broker::QueueType;
 use crate::checkpoint::{Checkpoints, RestoreKey};
 use crate::config::{Config, PublishMode, RestoreOptions, TargetConfig};
 use crate::definitions::{self, ImportSummary};
 use crate::error::{Error, Result};
 use crate::management::ManagementClient;
-use crate::manifest::{self, Manifest, QueueBackup};
+use crate::manifest::{Manifest, QueueBackup};
 use crate::metrics::{self, Counter};
+use crate::nodes::Nodes;
 use crate::progress;
 use crate::record::BackupRecord;
 use crate::spool::{spawn_named, SpoolDir};
 use crate::storage::Storage;
 use publish::{settle, Publisher, QueueCheckpoint, RateLimiter};
+use raw_stream::StreamTarget;
 use segments::{decode_segments, segment_in_window};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,6 +82,9 @@ pub struct QueueRestore {
     /// The target is a stream (publish_mode `direct-to-queue`): headers a stream cannot
     /// store are refused before they are published.
     pub target_is_stream: bool,
+    /// The node that hosts the target queue (management API), published through when it has
+    /// a node-local address (`crate::nodes`).
+    pub target_node: Option<String>,
     /// Messages in the backup for this queue.
     pub in_backup: u64,
     /// Segments whose time range meets the window.
@@ -117,11 +124,13 @@ fn run_job(
     let target = cfg.require_target()?;
     let opts = &cfg.restore;
     let backup_id = cfg.backup_id.as_str();
-    let manifest = Manifest::from_json(&storage.get_bytes(&manifest::manifest_key(backup_id))?)?;
+    let manifest = Manifest::read(storage.as_ref(), backup_id)?;
     if manifest.completed_at.is_none() {
         let status = crate::inspect::status(storage.as_ref(), &manifest)?;
         log::warn!("backup {backup_id} is {status} (completed_at is null): restoring the queues it holds so far");
     }
+    // Before the target is touched: segments are fetched here.
+    let spool = SpoolDir::create(&format!("{backup_id}-restore"))?;
     let mut summary = RestoreSummary {
         backup_id: backup_id.to_string(),
         dry_run: opts.dry_run,
@@ -129,13 +138,13 @@ fn run_job(
         ..Default::default()
     };
 
-    let (url, tls) = crate::tls::resolve(
+    let resolved = crate::tls::resolve(
         &target.amqp_url,
-        target.management_url.as_deref(),
+        target.management_url.as_ref(),
         target.tls.as_ref(),
         "target.tls",
     )?;
-    let mgmt = management(target, tls.as_deref())?;
+    let mgmt = management(target, resolved.management.as_deref())?;
     if opts.restore_definitions {
         match (&manifest.definitions, &mgmt) {
             (Some(entry), Some(mgmt)) => {
@@ -174,17 +183,11 @@ fn run_job(
         })?;
         create_missing_queues(mgmt, &summary.queues)?;
     }
-    if opts.publish_mode == PublishMode::DirectToQueue {
-        for q in &mut summary.queues {
-            q.target_is_stream = match &mgmt {
-                Some(mgmt) => match mgmt.get_queue(&q.target_vhost, &q.target_queue) {
-                    Ok(info) => info.queue_type == Some(QueueType::Stream),
-                    Err(_) => q.queue_type == Some(QueueType::Stream),
-                },
-                None => q.queue_type == Some(QueueType::Stream),
-            };
-        }
-    }
+    let stream_tls = resolved.urls.first().is_some_and(|u| u.tls);
+    let first_url = resolved.urls.first().cloned();
+    // Whether each target is a stream (the decimal headers a stream refuses and the records a
+    // restore publishes over the stream protocol depend on it), and the node of each.
+    let nodes = target::look(mgmt.as_ref(), resolved.urls, &mut summary.queues)?;
 
     let checkpoints = match &opts.checkpoint_state {
         Some(path) => Some(Checkpoints::open_file(path)?),
@@ -193,11 +196,15 @@ fn run_job(
             None
         }
     };
-    let spool = SpoolDir::create(&format!("{backup_id}-restore"))?;
     let limiter = RateLimiter::new(opts.rate_limit_messages_per_sec);
     // Every queue's connection starts from these (its vhost and name set per queue).
-    let mut connect = ConnectOptions::new(url);
-    connect.tls = tls;
+    let stream_port = target.stream_port_for(stream_tls);
+    let Some(first_url) = first_url else {
+        return Err(Error::Config("target.amqp_url names no URL".into()));
+    };
+    let mut connect = ConnectOptions::new(first_url);
+    connect.tls = resolved.broker;
+    connect.blocked_timeout = Duration::from_secs(opts.blocked_timeout_secs);
     let jobs: Vec<(usize, &QueueBackup)> = manifest.queues.iter().enumerate().collect();
     let next = AtomicU64::new(0);
     // Per queue, in manifest order: its entry (counts so far) and how its restore ended.
@@ -221,19 +228,15 @@ fn run_job(
                 let mut entry = summary.queues[*index].clone();
                 let checkpoint = checkpoints.as_ref().map(|cp| QueueCheckpoint {
                     store: cp,
-                    key: RestoreKey {
-                        backup_id: backup_id.to_string(),
-                        source_vhost: entry.source_vhost.clone(),
-                        source_queue: entry.source_queue.clone(),
-                        target_vhost: entry.target_vhost.clone(),
-                        target_queue: entry.target_queue.clone(),
-                    },
+                    key: restore_key(backup_id, &entry),
                     interval: Duration::from_secs(opts.checkpoint_interval_secs.max(1)),
                 });
                 let r = match crate::signals::stop_reason("restore") {
                     Some(why) => Err(Error::Io(why)),
                     None => restore_queue(
+                        &nodes,
                         &connect,
+                        stream_port,
                         opts,
                         storage.as_ref(),
                         spool.path(),
@@ -252,6 +255,7 @@ fn run_job(
     });
     drop(display);
     let mut first_error = None;
+    let mut failed = vec![false; summary.queues.len()];
     for (i, r) in results
         .into_inner()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -262,6 +266,7 @@ fn run_job(
             Some((q, Ok(()))) => summary.queues[i] = q,
             Some((q, Err(e))) => {
                 summary.queues[i] = q;
+                failed[i] = true;
                 let q = &summary.queues[i];
                 log::error!(
                     "queue {} in vhost {} failed: {e}",
@@ -282,13 +287,12 @@ fn run_job(
     }
     summary.elapsed = started.elapsed();
     if let Some(e) = first_error {
-        for q in summary.queues.iter().filter(|q| q.published > 0) {
-            log::error!(
-                "queue {} in vhost {}: {} message(s) were published before the restore failed; a rerun publishes them again",
-                q.target_queue,
-                q.target_vhost,
-                q.published
-            );
+        let reported = summary.queues.iter().zip(&failed);
+        for (q, _) in reported.filter(|(q, failed)| q.published > 0 || **failed) {
+            let recorded = checkpoints
+                .as_ref()
+                .map(|cp| cp.restore_queue(&restore_key(backup_id, q)));
+            report_rerun(q, recorded);
         }
         return Err(e);
     }
@@ -301,6 +305,56 @@ fn run_job(
     Ok(summary)
 }
 
+/// The checkpoint key of queue `q` of a restore of `backup_id`.
+fn restore_key(backup_id: &str, q: &QueueRestore) -> RestoreKey {
+    RestoreKey {
+        backup_id: backup_id.to_string(),
+        source_vhost: q.source_vhost.clone(),
+        source_queue: q.source_queue.clone(),
+        target_vhost: q.target_vhost.clone(),
+        target_queue: q.target_queue.clone(),
+    }
+}
+
+/// After a failed restore: what a rerun will do with queue `q`, which published messages, by
+/// what the checkpoint database (`recorded`, when `restore.checkpoint_state` is set) holds.
+fn report_rerun(q: &QueueRestore, recorded: Option<Result<Option<(u64, bool)>>>) {
+    let name = format!("queue {} in vhost {}", q.target_queue, q.target_vhost);
+    let published = q.published;
+    if published == 0 {
+        let from = match recorded {
+            Some(Ok(Some((done, false)))) if done > 0 => {
+                format!("resumes after the first {done} record(s) the checkpoint holds")
+            }
+            Some(_) => "restores it from its start".to_string(),
+            None => "restores it from its start (no restore.checkpoint_state)".to_string(),
+        };
+        log::error!("{name}: nothing was published before the restore failed; a rerun {from}");
+        return;
+    }
+    match recorded {
+        Some(Ok(Some((_, true)))) => log::info!(
+            "{name}: restored completely ({published} message(s) published by this run, {} confirmed); a rerun with the same restore.checkpoint_state skips it",
+            q.confirmed
+        ),
+        Some(Ok(Some((done, false)))) => {
+            let again = (q.done_earlier + published).saturating_sub(done);
+            log::error!(
+                "{name}: {published} message(s) were published before the restore failed; the checkpoint holds the first {done} record(s) of the queue, so a rerun with the same restore.checkpoint_state resumes after them and publishes the {again} after them again"
+            )
+        }
+        Some(Ok(None)) => log::error!(
+            "{name}: {published} message(s) were published before the restore failed and none was checkpointed yet; a rerun publishes them again"
+        ),
+        Some(Err(e)) => log::error!(
+            "{name}: {published} message(s) were published before the restore failed; the checkpoint database cannot say what a rerun skips ({e})"
+        ),
+        None => log::error!(
+            "{name}: {published} message(s) were published before the restore failed; without restore.checkpoint_state a rerun publishes them again"
+        ),
+    }
+}
+
 fn management(
     target: &TargetConfig,
     tls: Option<&crate::tls::TlsClient>,
@@ -310,8 +364,8 @@ fn management(
         &target.management_username,
         &target.management_password,
     ) {
-        (Some(url), Some(user), Some(password)) => Ok(Some(ManagementClient::new(
-            url,
+        (Some(url), Some(user), Some(password)) => Ok(Some(ManagementClient::for_nodes(
+            url.all(),
             user,
             password.expose(),
             tls,
@@ -401,7 +455,9 @@ fn create_missing_queues(mgmt: &ManagementClient, plan: &[QueueRestore]) -> Resu
 /// Restores one queue of the backup on its own connection.
 #[allow(clippy::too_many_arguments)]
 fn restore_queue(
+    nodes: &Nodes,
     connect: &ConnectOptions,
+    stream_port: u16,
     opts: &RestoreOptions,
     storage: &dyn Storage,
     spool: &Path,
@@ -448,7 +504,7 @@ fn restore_queue(
         "rmq-backup restore {}/{}",
         entry.target_vhost, entry.target_queue
     );
-    let conn = Connection::open(&options)?;
+    let conn = nodes.connect(&options, entry.target_node.as_deref())?;
     // Resolved once: the per-message updates are relaxed atomic adds.
     let m = metrics::global().restore_queue(
         &entry.target_queue,
@@ -508,9 +564,25 @@ fn restore_queue(
             m: &m,
             bytes: &bytes,
             checkpoint,
-            to_stream: entry.target_is_stream,
+            to_stream: entry.target_is_stream && opts.publish_mode == PublishMode::DirectToQueue,
         };
-        let published = publisher.publish_records(&rx, entry);
+        // A stream target takes the records that hold whole AMQP 1.0 messages over the
+        // stream protocol (`raw_stream`).
+        let mut raw = entry.target_is_stream.then(|| {
+            let mut o = crate::stream::StreamOptions::from_amqp_url(&options.url, stream_port);
+            o.tls = options.tls.clone();
+            o.connection_name = options.connection_name.clone();
+            StreamTarget::new(o, &entry.target_queue)
+        });
+        let published = publisher.publish_records(&rx, entry, raw.as_mut());
+        if let Some(raw) = raw {
+            if let Err(e) = raw.close() {
+                log::debug!(
+                    "closing the stream connection of {}: {e}",
+                    entry.target_queue
+                );
+            }
+        }
         // Unblock the decoder if publishing stopped early.
         drop(rx);
         let decoded = decoder

@@ -2,6 +2,7 @@
 //! `mandatory`, publisher confirms with a bounded window, the rate limit shared by all queues,
 //! and the restore checkpoint of the confirmed prefix (`restore.checkpoint_state`).
 
+use super::raw_stream::{is_raw, StreamTarget};
 use super::QueueRestore;
 use crate::amqp::Channel;
 use crate::checkpoint::{Checkpoints, RestoreKey};
@@ -70,15 +71,41 @@ impl Publisher<'_> {
     /// `checkpoint_interval_secs` it waits for every confirm and records the published prefix
     /// (never while any record of the queue failed: a rerun must publish that one again).
     /// Stops at SIGTERM/SIGINT after the confirms of what it published, checkpointed.
+    ///
+    /// Records that hold a whole AMQP 1.0 message (`raw_stream::is_raw`) go to `raw`, the
+    /// target stream over the stream protocol, when the target is a stream: every publish
+    /// before them confirmed first, so the order holds.
     pub(super) fn publish_records(
         &self,
         rx: &crossbeam_channel::Receiver<Vec<BackupRecord>>,
         entry: &mut QueueRestore,
+        mut raw: Option<&mut StreamTarget>,
     ) -> Result<()> {
         let (channel, opts, m) = (self.channel, self.opts, self.m);
         let mut last_checkpoint = Instant::now();
+        let mut pending_raw: Vec<BackupRecord> = Vec::new();
+        let mut blocked_logged = false;
+        let mut raw_over_091 = false;
         for batch in rx.iter() {
             for mut record in batch {
+                if is_raw(&record) {
+                    if raw.is_some() {
+                        pending_raw.push(record);
+                        continue;
+                    }
+                    if !raw_over_091 {
+                        raw_over_091 = true;
+                        log::warn!(
+                            "queue {} in vhost {}: records hold whole AMQP 1.0 stream messages, which AMQP 0-9-1 cannot express; they are published with those bytes as the body and the header {} (restore into a stream to get the messages back as they were)",
+                            entry.target_queue,
+                            entry.target_vhost,
+                            crate::stream::amqp10::RAW_BODY_HEADER
+                        );
+                    }
+                }
+                if let Some(target) = raw.as_deref_mut() {
+                    self.flush_raw(&mut pending_raw, target, entry)?;
+                }
                 if self.to_stream {
                     refuse_for_stream(&record, entry)?;
                 }
@@ -91,6 +118,17 @@ impl Publisher<'_> {
                     target_of(&from_exchange, &from_key, opts, &entry.target_queue);
                 let (properties, body) = record.into_amqp();
                 self.limiter.acquire();
+                if !blocked_logged {
+                    if let Some(reason) = channel.connection_blocked() {
+                        blocked_logged = true;
+                        log::warn!(
+                            "queue {} in vhost {}: target blocked by a resource alarm ({reason}); publishing waits up to {} s (restore.blocked_timeout_secs)",
+                            entry.target_queue,
+                            entry.target_vhost,
+                            channel.blocked_timeout().as_secs()
+                        );
+                    }
+                }
                 channel.basic_publish(exchange, routing_key, true, &properties, &body)?;
                 entry.published += 1;
                 m.published.inc();
@@ -100,6 +138,9 @@ impl Publisher<'_> {
                 } else if !opts.publisher_confirms && entry.published.is_multiple_of(self.window) {
                     settle(channel, 0, entry, m)?; // collects the returns so far
                 }
+            }
+            if let Some(target) = raw.as_deref_mut() {
+                self.flush_raw(&mut pending_raw, target, entry)?;
             }
             // Counts the confirms so far without waiting: the metrics stay current.
             settle(channel, u64::MAX, entry, m)?;
@@ -118,6 +159,32 @@ impl Publisher<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Publishes the records in `pending` (whole AMQP 1.0 messages) to the target stream,
+    /// after every publish before them is confirmed; each is confirmed when this returns.
+    fn flush_raw(
+        &self,
+        pending: &mut Vec<BackupRecord>,
+        target: &mut StreamTarget,
+        entry: &mut QueueRestore,
+    ) -> Result<()> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        settle(self.channel, 0, entry, self.m)?;
+        for _ in pending.iter() {
+            self.limiter.acquire();
+        }
+        let bodies: Vec<&[u8]> = pending.iter().map(|r| r.body.as_slice()).collect();
+        target.publish(&bodies)?;
+        let n = pending.len() as u64;
+        entry.published += n;
+        self.m.published.add(n);
+        self.bytes.add(bodies.iter().map(|b| b.len() as u64).sum());
+        pending.clear();
+        // Confirmed already: counted as such by the next settle.
+        settle(self.channel, u64::MAX, entry, self.m)
     }
 
     /// Records the published prefix of the queue, when every publish so far is confirmed.
@@ -149,6 +216,10 @@ fn target_of<'a>(
 ) -> (&'a str, &'a str) {
     match opts.publish_mode {
         PublishMode::DirectToQueue => ("", target_queue),
+        // Nothing to route by (stream records, SPEC.md "Segment file"): the target queue.
+        PublishMode::Exchange if exchange.is_empty() && routing_key.is_empty() => {
+            ("", target_queue)
+        }
         // The default exchange routes by queue name: follow the queue mapping.
         PublishMode::Exchange if exchange.is_empty() => (
             "",
@@ -176,7 +247,9 @@ pub(super) fn settle(
 ) -> Result<()> {
     let (failed_before, confirmed_before) = (entry.failed, entry.confirmed);
     let confirm_mode = channel.confirm_mode();
-    let status = channel.wait_for_confirms(max_outstanding, CONFIRM_TIMEOUT)?;
+    // A target under a resource alarm confirms nothing until it clears.
+    let status =
+        channel.wait_for_confirms(max_outstanding, CONFIRM_TIMEOUT + channel.blocked_timeout())?;
     for r in &status.returned {
         log::error!(
             "message returned by the target: {} {} (exchange '{}', routing key '{}')",

@@ -150,6 +150,13 @@ impl SegmentHeader {
 }
 
 pub(crate) fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
+    // A full spool disk is a storage matter for the operator: say which path.
+    if e.raw_os_error() == Some(28) {
+        return Error::Storage(format!(
+            "{what} {}: No space left on device (the spool directory, RMQ_BACKUP_SPOOL_DIR)",
+            path.display()
+        ));
+    }
     Error::Io(format!("{what} {}: {e}", path.display()))
 }
 

@@ -3,11 +3,17 @@
 //!
 //! Writes are atomic: data goes to `<name>.partial-<pid>-<n>` in the target directory, is fsynced,
 //! then renamed over the final name (and the directory fsynced). Leftover `.partial-` files of a
-//! crashed writer are never listed or read. Errors name the key and the OS's reason:
+//! crashed writer are never listed or read. A create-only write (`put_*_new`) links the finished
+//! file to its name instead (`link(2)` fails when the name exists); a conditional replace
+//! (`put_bytes_if`) compares and renames while it holds an exclusive `flock(2)` on the
+//! directory (local filesystems; NFS's locks are the server's, README "Storage"). Errors name the key and the OS's reason:
 //! `Storage error: Failed to write <key>: Permission denied`, `Failed to read <key>: ...`,
 //! `Key not found: <key>`.
 
-use super::{io_reason, is_partial_name, validate_key, validate_prefix, Storage};
+use super::conditional::digest_version;
+use super::{
+    io_reason, is_partial_name, validate_key, validate_prefix, Conditional, ObjectVersion, Storage,
+};
 use crate::error::{Error, Result};
 use std::fs::{self, File};
 use std::io::{self, ErrorKind, Write};
@@ -64,7 +70,15 @@ impl FilesystemStorage {
         p
     }
 
-    fn write_error(key: &str, e: &io::Error) -> Error {
+    /// `Failed to write <key>: <reason>` (SPEC.md); a full disk also names the directory, so
+    /// that the operator knows which filesystem to free.
+    fn write_error(&self, key: &str, e: &io::Error) -> Error {
+        if e.raw_os_error() == Some(28) {
+            return Error::Storage(format!(
+                "Failed to write {key}: No space left on device ({})",
+                self.base.display()
+            ));
+        }
         Error::Storage(format!("Failed to write {key}: {}", io_reason(e)))
     }
 
@@ -83,6 +97,18 @@ impl FilesystemStorage {
         key: &str,
         fill: &mut dyn FnMut(&mut File) -> std::result::Result<(), FillError>,
     ) -> Result<()> {
+        self.write_atomic_as(key, Publish::Replace, fill)
+            .map(|_| ())
+    }
+
+    /// [`FilesystemStorage::write_atomic`], publishing the finished file as `publish` says;
+    /// returns false when a create-only write found the name taken (nothing written).
+    fn write_atomic_as(
+        &self,
+        key: &str,
+        publish: Publish,
+        fill: &mut dyn FnMut(&mut File) -> std::result::Result<(), FillError>,
+    ) -> Result<bool> {
         validate_key(key)?;
         let target = self.path_of(key);
         let dir = target.parent().unwrap_or(&self.base).to_path_buf();
@@ -96,14 +122,14 @@ impl FilesystemStorage {
         // between creating it and creating the file.
         let mut file = None;
         for attempt in 0..2 {
-            fs::create_dir_all(&dir).map_err(|e| Self::write_error(key, &e))?;
+            fs::create_dir_all(&dir).map_err(|e| self.write_error(key, &e))?;
             match File::create(&tmp) {
                 Ok(f) => {
                     file = Some(f);
                     break;
                 }
                 Err(e) if e.kind() == ErrorKind::NotFound && attempt == 0 => continue,
-                Err(e) => return Err(Self::write_error(key, &e)),
+                Err(e) => return Err(self.write_error(key, &e)),
             }
         }
         let Some(mut file) = file else {
@@ -115,21 +141,32 @@ impl FilesystemStorage {
             fill(&mut file)?;
             file.sync_all().map_err(FillError::Write)?;
             drop(file);
-            fs::rename(&tmp, &target).map_err(FillError::Write)?;
-            Ok(())
+            match publish {
+                Publish::Replace => fs::rename(&tmp, &target).map_err(FillError::Write)?,
+                Publish::CreateOnly => {
+                    let linked = fs::hard_link(&tmp, &target);
+                    let _ = fs::remove_file(&tmp);
+                    match linked {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(false),
+                        Err(e) => return Err(FillError::Write(e)),
+                    }
+                }
+            }
+            Ok(true)
         })();
         match result {
-            Ok(()) => {
+            Ok(written) => {
                 // Make the rename durable; failure here does not undo the write.
                 if let Ok(d) = File::open(&dir) {
                     let _ = d.sync_all();
                 }
-                Ok(())
+                Ok(written)
             }
             Err(e) => {
                 let _ = fs::remove_file(&tmp);
                 Err(match e {
-                    FillError::Write(e) => Self::write_error(key, &e),
+                    FillError::Write(e) => self.write_error(key, &e),
                     FillError::Other(e) => e,
                 })
             }
@@ -218,6 +255,29 @@ impl FilesystemStorage {
     }
 }
 
+/// How a finished temporary file takes its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Publish {
+    /// `rename(2)`: replaces what the name held.
+    Replace,
+    /// `link(2)`: only when the name is free.
+    CreateOnly,
+}
+
+/// An exclusive `flock(2)` on a directory (`File::lock`), released when dropped.
+struct DirLock {
+    _locked: File,
+}
+
+impl DirLock {
+    fn take(s: &FilesystemStorage, dir: &Path, key: &str) -> Result<DirLock> {
+        fs::create_dir_all(dir).map_err(|e| s.write_error(key, &e))?;
+        let f = File::open(dir).map_err(|e| s.write_error(key, &e))?;
+        f.lock().map_err(|e| s.write_error(key, &e))?;
+        Ok(DirLock { _locked: f })
+    }
+}
+
 /// Error of a copy into the temporary file: a write failure (reported as `Failed to write <key>`)
 /// or an error already in its final form (e.g. the source file cannot be read).
 enum FillError {
@@ -279,7 +339,7 @@ impl Storage for FilesystemStorage {
         validate_key(key)?;
         let target = self.path_of(key);
         let dir = target.parent().unwrap_or(&self.base).to_path_buf();
-        fs::create_dir_all(&dir).map_err(|e| Self::write_error(key, &e))?;
+        fs::create_dir_all(&dir).map_err(|e| self.write_error(key, &e))?;
         let synced = File::open(path).and_then(|f| f.sync_all());
         if synced.is_ok() && fs::rename(path, &target).is_ok() {
             if let Ok(d) = File::open(&dir) {
@@ -292,6 +352,91 @@ impl Storage for FilesystemStorage {
 
     fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {
         self.write_atomic(key, &mut |f| f.write_all(data).map_err(FillError::Write))
+    }
+
+    fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
+        let written = self.write_atomic_as(key, Publish::CreateOnly, &mut |f| {
+            f.write_all(data).map_err(FillError::Write)
+        })?;
+        Ok(if written {
+            Conditional::Written(digest_version(data))
+        } else {
+            Conditional::Refused
+        })
+    }
+
+    /// Links the file to its name when it is on the same filesystem (no copy), else copies it
+    /// into a temporary file first; `link(2)` refuses a name that exists.
+    fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional> {
+        validate_key(key)?;
+        let target = self.path_of(key);
+        let dir = target.parent().unwrap_or(&self.base).to_path_buf();
+        fs::create_dir_all(&dir).map_err(|e| self.write_error(key, &e))?;
+        let version = ObjectVersion(format!(
+            "{}",
+            fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+        ));
+        if File::open(path).and_then(|f| f.sync_all()).is_ok() {
+            match fs::hard_link(path, &target) {
+                Ok(()) => {
+                    let _ = fs::remove_file(path);
+                    if let Ok(d) = File::open(&dir) {
+                        let _ = d.sync_all();
+                    }
+                    return Ok(Conditional::Written(version));
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(Conditional::Refused),
+                // Another filesystem: copy.
+                Err(_) => {}
+            }
+        }
+        let mut src = File::open(path).map_err(|e| {
+            Error::Io(format!(
+                "Failed to read {}: {}",
+                path.display(),
+                io_reason(&e)
+            ))
+        })?;
+        let read_error = |e: io::Error| {
+            Error::Io(format!(
+                "Failed to read {}: {}",
+                path.display(),
+                io_reason(&e)
+            ))
+        };
+        let written = self.write_atomic_as(key, Publish::CreateOnly, &mut |f| {
+            copy_stream(&mut src, f, &read_error).map(|_| ())
+        })?;
+        Ok(if written {
+            Conditional::Written(version)
+        } else {
+            Conditional::Refused
+        })
+    }
+
+    fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
+        match self.get_bytes(key) {
+            Ok(data) => {
+                let v = digest_version(&data);
+                Ok(Some((data, v)))
+            }
+            Err(Error::Storage(m)) if m.starts_with("Key not found") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional> {
+        validate_key(key)?;
+        let target = self.path_of(key);
+        let dir = target.parent().unwrap_or(&self.base).to_path_buf();
+        let _lock = DirLock::take(self, &dir, key)?;
+        match self.get_with_version(key)? {
+            Some((_, current)) if current == *version => {
+                self.put_bytes(key, data)?;
+                Ok(Conditional::Written(digest_version(data)))
+            }
+            _ => Ok(Conditional::Refused),
+        }
     }
 
     fn get_bytes(&self, key: &str) -> Result<Vec<u8>> {
@@ -398,7 +543,16 @@ impl Storage for FilesystemStorage {
             if validate_key(&name).is_err() {
                 continue;
             }
-            if entry.path().join(super::MANIFEST_FILE).is_file() {
+            let path = entry.path();
+            // A backup, or a sharded one whose parts are not merged yet (`crate::shard`).
+            let part = || {
+                fs::read_dir(path.join("parts")).is_ok_and(|mut parts| {
+                    parts.any(|p| {
+                        p.is_ok_and(|p| p.file_name().to_string_lossy().ends_with(".json"))
+                    })
+                })
+            };
+            if path.join(super::MANIFEST_FILE).is_file() || part() {
                 ids.push(name);
             }
         }
@@ -530,8 +684,16 @@ mod tests {
         }
         // The message shape for EACCES, whatever user runs the tests.
         assert_eq!(
-            FilesystemStorage::write_error("k/x", &io::Error::from_raw_os_error(13)),
+            s.write_error("k/x", &io::Error::from_raw_os_error(13)),
             Error::Storage("Failed to write k/x: Permission denied".into())
+        );
+        // A full disk names the directory too.
+        assert_eq!(
+            s.write_error("k/x", &io::Error::from_raw_os_error(28)),
+            Error::Storage(format!(
+                "Failed to write k/x: No space left on device ({})",
+                s.base().display()
+            ))
         );
     }
 

@@ -3,7 +3,8 @@
 //! name in one process (a backup, then a restore) see the same objects. `memory://` is the store
 //! named `default`.
 
-use super::{validate_key, validate_prefix, Storage};
+use super::conditional::digest_version;
+use super::{validate_key, validate_prefix, Conditional, ObjectVersion, Storage};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -134,6 +135,51 @@ impl Storage for MemoryStorage {
         validate_key(key)?;
         self.write().remove(key);
         Ok(())
+    }
+
+    fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
+        validate_key(key)?;
+        let mut objects = self.write();
+        if objects.contains_key(key) {
+            return Ok(Conditional::Refused);
+        }
+        objects.insert(key.to_string(), Arc::new(data.to_vec()));
+        Ok(Conditional::Written(digest_version(data)))
+    }
+
+    fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional> {
+        validate_key(key)?;
+        let mut data = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_to_end(&mut data))
+            .map_err(|e| {
+                Error::Io(format!(
+                    "Failed to read {}: {}",
+                    path.display(),
+                    super::io_reason(&e)
+                ))
+            })?;
+        self.put_bytes_new(key, &data)
+    }
+
+    fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
+        validate_key(key)?;
+        Ok(self
+            .read()
+            .get(key)
+            .map(|d| (d.as_ref().clone(), digest_version(d))))
+    }
+
+    fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional> {
+        validate_key(key)?;
+        let mut objects = self.write();
+        match objects.get(key) {
+            Some(current) if digest_version(current) == *version => {
+                objects.insert(key.to_string(), Arc::new(data.to_vec()));
+                Ok(Conditional::Written(digest_version(data)))
+            }
+            _ => Ok(Conditional::Refused),
+        }
     }
 
     fn location(&self) -> String {

@@ -9,6 +9,7 @@
 //! Every backend passes one conformance suite (`conformance::run`, test builds only).
 
 pub mod azure;
+pub mod conditional;
 pub mod filesystem;
 pub mod gcs;
 pub mod memory;
@@ -20,6 +21,7 @@ use crate::error::{Error, Result};
 use std::path::Path;
 use std::sync::Arc;
 
+pub use conditional::{Conditional, ObjectVersion};
 pub use filesystem::FilesystemStorage;
 pub use memory::MemoryStorage;
 pub use url::{open_url, parse_storage_url, StorageUrl};
@@ -64,6 +66,21 @@ pub trait Storage: Send + Sync {
     /// Deletes `key`; deleting a missing key succeeds (as on object stores).
     fn delete(&self, key: &str) -> Result<()>;
 
+    /// Writes `key` with `data` only when no object has that key, atomically
+    /// ([`conditional`]): `Refused` when one exists.
+    fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional>;
+
+    /// Like [`Storage::put_file_owned`], only when no object has that key (a stored segment is
+    /// never replaced): `Refused` when one exists, the local file then still there.
+    fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional>;
+
+    /// Reads a whole object and its version; `None` when absent.
+    fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>>;
+
+    /// Replaces `key` with `data` only while it holds `version`, atomically
+    /// ([`conditional`]): `Refused` when it holds another version or is gone.
+    fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional>;
+
     /// Human-readable location without secrets, e.g. `file:///var/backups`, `memory://default`.
     fn location(&self) -> String;
 
@@ -74,13 +91,17 @@ pub trait Storage: Send + Sync {
     }
 }
 
-/// Backup ids among `keys`: every `X` such that `X/manifest.json` is a key; sorted, unique.
+/// Backup ids among `keys`: every `X` such that `X/manifest.json` is a key, or a part of a
+/// sharded backup, `X/parts/<part>.json` (`crate::shard`); sorted, unique.
 pub fn backup_ids_from_keys(keys: &[String]) -> Vec<String> {
     let mut ids: Vec<String> = keys
         .iter()
         .filter_map(|k| {
             let (id, rest) = k.split_once('/')?;
-            (rest == MANIFEST_FILE).then(|| id.to_string())
+            let part = rest
+                .strip_prefix("parts/")
+                .is_some_and(|p| !p.contains('/') && p.ends_with(".json"));
+            (rest == MANIFEST_FILE || part).then(|| id.to_string())
         })
         .collect();
     ids.sort();
@@ -306,6 +327,43 @@ impl Storage for Traced {
         self.traced("delete", key, |_| None, || self.inner.delete(key))
     }
 
+    fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
+        self.traced(
+            "put (create only)",
+            key,
+            |c: &Conditional| matches!(c, Conditional::Written(_)).then_some(data.len() as u64),
+            || self.inner.put_bytes_new(key, data),
+        )
+    }
+
+    fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional> {
+        let len = std::fs::metadata(path).map(|m| m.len()).ok();
+        self.traced(
+            "put (create only)",
+            key,
+            |c: &Conditional| len.filter(|_| matches!(c, Conditional::Written(_))),
+            || self.inner.put_file_new(key, path),
+        )
+    }
+
+    fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
+        self.traced(
+            "get (versioned)",
+            key,
+            |v: &Option<(Vec<u8>, ObjectVersion)>| v.as_ref().map(|(d, _)| d.len() as u64),
+            || self.inner.get_with_version(key),
+        )
+    }
+
+    fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional> {
+        self.traced(
+            "put (if version)",
+            key,
+            |c: &Conditional| matches!(c, Conditional::Written(_)).then_some(data.len() as u64),
+            || self.inner.put_bytes_if(key, data, version),
+        )
+    }
+
     fn location(&self) -> String {
         self.inner.location()
     }
@@ -389,6 +447,34 @@ impl Storage for Prefixed {
         let full = self.full(key)?;
         self.inner
             .delete(&full)
+            .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
+        let full = self.full(key)?;
+        self.inner
+            .put_bytes_new(&full, data)
+            .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional> {
+        let full = self.full(key)?;
+        self.inner
+            .put_file_new(&full, path)
+            .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
+        let full = self.full(key)?;
+        self.inner
+            .get_with_version(&full)
+            .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional> {
+        let full = self.full(key)?;
+        self.inner
+            .put_bytes_if(&full, data, version)
             .map_err(|e| unprefix_error(e, &full, key))
     }
 
@@ -518,6 +604,7 @@ pub(crate) mod conformance {
         invalid_keys(s, &tmp);
         unicode_keys(s, &root);
         backup_ids(s, &root);
+        conditional_writes(s, &root, &tmp);
         assert!(!s.location().is_empty());
         for k in s.list(&format!("{root}/")).expect("final list") {
             s.delete(&k).expect("cleanup");
@@ -526,6 +613,72 @@ pub(crate) mod conformance {
             s.list(&format!("{root}/")).expect("list"),
             Vec::<String>::new()
         );
+    }
+
+    /// Create-only writes and compare-and-replace ([`conditional`]): one writer wins.
+    fn conditional_writes(s: &dyn Storage, root: &str, tmp: &TempDir) {
+        let key = format!("{root}/cond/lock.json");
+        assert_eq!(s.get_with_version(&key).expect("get absent"), None);
+        let v1 = s
+            .put_bytes_new(&key, b"first")
+            .expect("create")
+            .written()
+            .expect("created when absent");
+        assert_eq!(
+            s.put_bytes_new(&key, b"second").expect("create again"),
+            Conditional::Refused,
+            "create-only refuses an existing key"
+        );
+        let (data, seen) = s.get_with_version(&key).expect("get").expect("present");
+        assert_eq!((data.as_slice(), &seen), (&b"first"[..], &v1));
+        let v2 = s
+            .put_bytes_if(&key, b"replaced", &v1)
+            .expect("replace")
+            .written()
+            .expect("replaced at its version");
+        assert_ne!(v1, v2);
+        assert_eq!(
+            s.put_bytes_if(&key, b"stale", &v1).expect("replace stale"),
+            Conditional::Refused,
+            "a version that is gone refuses"
+        );
+        assert_eq!(s.get_bytes(&key).expect("get"), b"replaced");
+        s.delete(&key).expect("delete");
+        assert_eq!(
+            s.put_bytes_if(&key, b"gone", &v2).expect("replace missing"),
+            Conditional::Refused
+        );
+        // A file written create-only: taken once, refused (and kept) the second time.
+        let seg = format!("{root}/cond/segment-0001.zst");
+        let path = tmp.0.join("cond-segment");
+        std::fs::write(&path, pattern(70_000, 9)).expect("write spool file");
+        assert!(s
+            .put_file_new(&seg, &path)
+            .expect("put file new")
+            .written()
+            .is_some());
+        assert_eq!(s.get_bytes(&seg).expect("get"), pattern(70_000, 9));
+        std::fs::write(&path, b"other").expect("write spool file");
+        assert_eq!(
+            s.put_file_new(&seg, &path).expect("put file new again"),
+            Conditional::Refused
+        );
+        assert!(path.exists(), "a refused file is left to the caller");
+        assert_eq!(s.get_bytes(&seg).expect("get"), pattern(70_000, 9));
+        // Two writers racing for one key: exactly one creates it.
+        let race = format!("{root}/cond/race");
+        let won = std::sync::atomic::AtomicU32::new(0);
+        std::thread::scope(|t| {
+            for i in 0..4u8 {
+                let (race, won) = (&race, &won);
+                t.spawn(move || {
+                    if let Conditional::Written(_) = s.put_bytes_new(race, &[i]).expect("race") {
+                        won.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert_eq!(won.load(Ordering::Relaxed), 1, "one writer creates the key");
     }
 
     fn bytes_round_trip(s: &dyn Storage, root: &str) {

@@ -19,6 +19,19 @@ pub struct Policy {
     pub base_delay: Duration,
     /// Upper bound of any delay.
     pub max_delay: Duration,
+    /// The backend whose requests these are (`s3`, `azure`, `gcs`): the `backend` label of
+    /// `broker_storage_retries`.
+    pub backend: &'static str,
+}
+
+impl Policy {
+    /// [`Policy::default`] for `backend`.
+    pub fn for_backend(backend: &'static str) -> Policy {
+        Policy {
+            backend,
+            ..Policy::default()
+        }
+    }
 }
 
 impl Default for Policy {
@@ -29,6 +42,7 @@ impl Default for Policy {
             attempts: 5,
             base_delay: Duration::from_millis(200),
             max_delay: Duration::from_secs(5),
+            backend: "storage",
         }
     }
 }
@@ -67,12 +81,31 @@ pub fn run<T>(
 ) -> crate::error::Result<T> {
     let attempts = policy.attempts.max(1);
     let mut n = 0;
+    // Retries made, counted once the operation's outcome is known.
+    let counted = |n: u32, outcome: &str| {
+        if n > 1 {
+            crate::metrics::global()
+                .storage_retries
+                .with([policy.backend, outcome])
+                .add(u64::from(n - 1));
+        }
+    };
     loop {
         n += 1;
         match op() {
-            Ok(v) => return Ok(v),
-            Err(Attempt::Permanent(e)) => return Err(e),
-            Err(Attempt::Transient(e)) if n >= attempts => return Err(e),
+            Ok(v) => {
+                counted(n, "succeeded");
+                return Ok(v);
+            }
+            Err(Attempt::Permanent(e)) => {
+                counted(n, "failed");
+                return Err(e);
+            }
+            Err(Attempt::Transient(e)) if n >= attempts => {
+                counted(n, "failed");
+                log::warn!("storage: {what} failed after {n} attempts: {e}");
+                return Err(e);
+            }
             Err(Attempt::Transient(e)) => {
                 let delay = backoff(policy, n - 1, jitter_source());
                 log::debug!(
@@ -119,6 +152,7 @@ mod tests {
             attempts: 4,
             base_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(2),
+            backend: "test",
         }
     }
 

@@ -17,13 +17,21 @@
 //! completed atomically. Every request has a timeout and is retried by [`super::retry`] on
 //! 5xx, 408, 429 and connection failures, never on other 4xx.
 //!
+//! Conditional writes (`put_*_new`, `put_bytes_if`, `get_with_version`) send `If-None-Match: *`
+//! or `If-Match: <etag>`; the version is the ETag (`conditional`).
+//!
 //! Errors (SPEC.md "Errors"): `Failed to put <key>: 403 Forbidden`,
 //! `Failed to put <key>: NoSuchBucket`, `Key not found: <key>`, and at creation
 //! `Failed to create S3 backend: endpoint connection error`.
 
+mod conditional;
+#[cfg(test)]
+pub(crate) mod lossy_proxy;
+
 use super::retry::{self, Attempt, Policy};
-use super::{io_reason, validate_key, validate_prefix, Storage};
+use super::{io_reason, validate_key, validate_prefix, Conditional, ObjectVersion, Storage};
 use crate::error::{Error, Result};
+use conditional::Precondition;
 use s3::creds::Credentials;
 use s3::error::S3Error;
 use s3::{Bucket, Region};
@@ -71,7 +79,7 @@ impl S3Options {
             secret_key: cfg.secret_key.as_ref().map(|s| s.expose().to_string()),
             path_style: cfg.path_style,
             allow_http: cfg.allow_http,
-            retry: Policy::default(),
+            retry: Policy::for_backend("s3"),
         }
     }
 }
@@ -299,6 +307,26 @@ fn read_error(path: &Path, e: &std::io::Error) -> Attempt {
 }
 
 impl Storage for S3Storage {
+    fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
+        validate_key(key)?;
+        self.put_conditional(key, data, Precondition::Absent)
+    }
+
+    fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional> {
+        validate_key(key)?;
+        self.put_file_new_impl(key, path)
+    }
+
+    fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
+        validate_key(key)?;
+        self.get_versioned(key)
+    }
+
+    fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional> {
+        validate_key(key)?;
+        self.put_conditional(key, data, Precondition::Version(version))
+    }
+
     fn put_file(&self, key: &str, path: &Path) -> Result<()> {
         validate_key(key)?;
         self.run(&format!("put {key}"), || {
@@ -470,6 +498,7 @@ pub(crate) mod tests {
                 attempts: 2,
                 base_delay: Duration::from_millis(50),
                 max_delay: Duration::from_millis(100),
+                backend: "s3",
             },
         }
     }

@@ -1,32 +1,24 @@
 //! AMQP 1.0 messages as streams store them (OASIS AMQP 1.0, part 1 "Types" and part 3
-//! "Messaging"), decoded into [`BackupRecord`]s.
+//! "Messaging"), decoded into [`BackupRecord`](crate::record::BackupRecord)s.
 //!
 //! [`decode_value`] reads the AMQP 1.0 type system (every fixed and variable width type,
-//! lists, maps, arrays, described values), bounded in depth and never trusting a length beyond
-//! the input. [`decode_message`] reads the sections of a message; [`to_record`] maps it the
-//! way RabbitMQ maps a stream message for an AMQP 0-9-1 consumer (rabbit_msg_record
-//! `to_amqp091`, 3.10), so a backup made over the stream protocol restores the message that a
-//! 0-9-1 reader of the stream sees:
-//! - body: the `data` sections, concatenated; an `amqp-value` holding a binary or string
-//!   gives its bytes; other `amqp-value` and `amqp-sequence` bodies cannot be carried (error);
-//! - properties: message-id, user-id, reply-to, correlation-id, content-type,
-//!   content-encoding, creation-time (ms -> s); `x-basic-type` and `x-basic-app-id`
-//!   application properties become type and app_id; `x-basic-priority`,
-//!   `x-basic-delivery-mode` and `x-basic-expiration` message annotations become priority,
-//!   delivery mode and expiration; `x-exchange` and `x-routing-key` annotations the exchange
-//!   and routing key;
-//! - headers: the other application properties, in order, each with the 0-9-1 type RabbitMQ
-//!   gives it (string -> `LongString`, long -> `LongLongInt`, int -> `LongInt`, ...,
-//!   timestamp ms -> `Timestamp` s, binary -> `Bytes`, null -> `Void`);
-//! - not carried: the header section (durable, ttl, delivery count), delivery annotations,
-//!   other message annotations, to, subject, absolute-expiry-time, group-id, group-sequence,
-//!   reply-to-group-id, footer (README "Streams").
+//! lists, maps, arrays, described values), bounded in depth, never trusting a length beyond
+//! the input, and at a memory cost proportional to the input: an array's descriptor is held
+//! once, and no input decodes to more values than it has bytes. [`decode_message`] reads the
+//! sections a record can carry and steps over the others without decoding them.
+//! [`record::to_record`] (re-exported here) makes the record: a message that RabbitMQ's own
+//! conversion of an AMQP 0-9-1 message could have produced is mapped the way RabbitMQ maps it
+//! for a 0-9-1 reader (`rabbit_msg_record`, 3.10), so that a restore publishes it back
+//! unchanged; any other message (an `amqp-value` or `amqp-sequence` body, several `data`
+//! sections, a `subject`, a symbol-typed header, bytes that do not decode...) is stored as
+//! its encoded bytes, whole, with the header [`RAW_BODY_HEADER`] (README "Streams").
 
 use crate::error::{Error, Result};
-use crate::record::{BackupHeaderValue, BackupProperties, BackupRecord};
 
 mod encode;
+mod record;
 pub use encode::{encode_message, encode_value};
+pub use record::{to_record, Origin, RAW_BODY_HEADER, RAW_BODY_VALUE};
 
 /// An AMQP 1.0 value.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,7 +49,8 @@ pub enum Value {
     Symbol(String),
     List(Vec<Value>),
     Map(Vec<(Value, Value)>),
-    Array(Vec<Value>),
+    /// An array: its elements' descriptor (held once, not per element), and the elements.
+    Array(Option<Box<Value>>, Vec<Value>),
     Described(Box<Value>, Box<Value>),
 }
 
@@ -71,9 +64,45 @@ fn err(msg: impl Into<String>) -> Error {
 struct Input<'a> {
     b: &'a [u8],
     p: usize,
+    /// Values that may still be decoded: one per byte of the whole input, so that zero-width
+    /// array elements (nulls, `true`, empty lists) cannot make a few bytes into millions of
+    /// values. Shared by a compound's elements through [`Input::inner`].
+    values_left: usize,
 }
 
 impl<'a> Input<'a> {
+    fn new(b: &'a [u8]) -> Input<'a> {
+        Input {
+            b,
+            p: 0,
+            values_left: b.len(),
+        }
+    }
+
+    /// An input over `body` that spends this one's value budget (given back by
+    /// [`Input::outer`]).
+    fn inner(&mut self, body: &'a [u8]) -> Input<'a> {
+        let values_left = std::mem::take(&mut self.values_left);
+        Input {
+            b: body,
+            p: 0,
+            values_left,
+        }
+    }
+
+    fn outer(&mut self, inner: Input<'a>) {
+        self.values_left = inner.values_left;
+    }
+
+    /// Counts one decoded value against the budget.
+    fn spend(&mut self) -> Result<()> {
+        self.values_left = self
+            .values_left
+            .checked_sub(1)
+            .ok_or_else(|| err("more values than bytes (an array of zero-width elements)"))?;
+        Ok(())
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self
             .p
@@ -106,9 +135,9 @@ impl<'a> Input<'a> {
 /// Decodes one value at the start of `b`; returns it and the bytes it took.
 ///
 /// Errors: `Error::Serialization` for an unknown format code, a truncated value, invalid UTF-8
-/// in a string, or nesting deeper than 64.
+/// in a symbol, nesting deeper than 64, or more values than bytes.
 pub fn decode_value(b: &[u8]) -> Result<(Value, usize)> {
-    let mut input = Input { b, p: 0 };
+    let mut input = Input::new(b);
     let v = value(&mut input, 0)?;
     Ok((v, input.p))
 }
@@ -127,34 +156,42 @@ fn value(i: &mut Input, depth: usize) -> Result<Value> {
 }
 
 /// The size and count of a list, map or array (one byte each, or four when `wide`): its
-/// body as an input of its own, and the element count.
-fn compound<'a>(i: &mut Input<'a>, wide: bool) -> Result<(Input<'a>, usize)> {
+/// body (the bytes after the count) and the element count.
+fn compound<'a>(i: &mut Input<'a>, wide: bool) -> Result<(&'a [u8], usize)> {
     let size = if wide {
         i.u32()? as usize
     } else {
         i.u8()? as usize
     };
     let body = i.take(size)?;
-    let mut inner = Input { b: body, p: 0 };
+    let width = if wide { 4 } else { 1 };
+    if body.len() < width {
+        return Err(err(format!(
+            "a compound of {size} bytes has no room for its count"
+        )));
+    }
     let count = if wide {
-        inner.u32()? as usize
+        u32::from_be_bytes([body[0], body[1], body[2], body[3]]) as usize
     } else {
-        inner.u8()? as usize
+        body[0] as usize
     };
-    // Each element takes at least one byte: a count beyond that is garbage.
+    let body = &body[width..];
+    // Each element takes at least one byte, except zero-width array elements, which the
+    // value budget bounds: a count beyond that is garbage.
     if count > body.len() {
         return Err(err(format!(
             "{count} elements announced in {} bytes",
             body.len()
         )));
     }
-    Ok((inner, count))
+    Ok((body, count))
 }
 
 fn with_code(i: &mut Input, code: u8, depth: usize) -> Result<Value> {
     if depth >= MAX_DEPTH {
         return Err(err("values nested too deep"));
     }
+    i.spend()?;
     let utf8 =
         |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| err("a symbol is not valid UTF-8"));
     let string = |b: &[u8]| match String::from_utf8(b.to_vec()) {
@@ -214,11 +251,13 @@ fn with_code(i: &mut Input, code: u8, depth: usize) -> Result<Value> {
         }
         0x45 => Value::List(Vec::new()),
         0xc0 | 0xd0 | 0xc1 | 0xd1 => {
-            let (mut inner, count) = compound(i, code & 0x10 != 0)?;
+            let (body, count) = compound(i, code & 0x10 != 0)?;
+            let mut inner = i.inner(body);
             let mut items = Vec::with_capacity(count);
             for _ in 0..count {
                 items.push(value(&mut inner, depth + 1)?);
             }
+            i.outer(inner);
             if code & 0x01 == 0 {
                 Value::List(items)
             } else {
@@ -234,22 +273,20 @@ fn with_code(i: &mut Input, code: u8, depth: usize) -> Result<Value> {
             }
         }
         0xe0 | 0xf0 => {
-            let (mut inner, count) = compound(i, code == 0xf0)?;
+            let (body, count) = compound(i, code == 0xf0)?;
+            let mut inner = i.inner(body);
             let mut element = inner.u8()?;
             let mut descriptor = None;
             if element == 0x00 {
-                descriptor = Some(value(&mut inner, depth + 1)?);
+                descriptor = Some(Box::new(value(&mut inner, depth + 1)?));
                 element = inner.u8()?;
             }
             let mut items = Vec::with_capacity(count);
             for _ in 0..count {
-                let v = with_code(&mut inner, element, depth + 1)?;
-                items.push(match &descriptor {
-                    Some(d) => Value::Described(Box::new(d.clone()), Box::new(v)),
-                    None => v,
-                });
+                items.push(with_code(&mut inner, element, depth + 1)?);
             }
-            Value::Array(items)
+            i.outer(inner);
+            Value::Array(descriptor, items)
         }
         other => return Err(err(format!("unknown format code {other:#04x}"))),
     })
@@ -264,8 +301,11 @@ pub struct Message {
     pub message_annotations: Vec<(Value, Value)>,
     /// application-properties, in order.
     pub application_properties: Vec<(Value, Value)>,
-    /// The body: `data` sections concatenated, or an `amqp-value` binary/string.
+    /// The body: the `data` section's bytes.
     pub body: Vec<u8>,
+    /// Why a record cannot carry this message whole (a section it has no place for, a second
+    /// `data` section, no `data` section), when that is so: it is then stored as its bytes.
+    pub not_carried: Option<String>,
 }
 
 /// Section codes (AMQP 1.0 part 3, 3.2).
@@ -288,42 +328,89 @@ fn section_code(descriptor: &Value) -> Option<u64> {
     }
 }
 
-/// Decodes the sections of one AMQP 1.0 message.
+fn section_name(code: Option<u64>) -> &'static str {
+    match code {
+        Some(0x70) => "a header section",
+        Some(0x71) => "delivery annotations",
+        Some(0x72) => "a second message-annotations section",
+        Some(0x73) => "a second properties section",
+        Some(0x74) => "a second application-properties section",
+        Some(0x75) => "a second data section",
+        Some(0x76) => "an amqp-sequence body",
+        Some(0x77) => "an amqp-value body",
+        Some(0x78) => "a footer",
+        _ => "a section of an unknown type",
+    }
+}
+
+/// Steps over one value without decoding it (no allocation): a compound by its size, a
+/// described value by its descriptor and value.
+fn skip_value(i: &mut Input, depth: usize) -> Result<()> {
+    if depth >= MAX_DEPTH {
+        return Err(err("values nested too deep"));
+    }
+    let code = i.u8()?;
+    let fixed = match code {
+        0x00 => {
+            skip_value(i, depth + 1)?;
+            return skip_value(i, depth + 1);
+        }
+        0x40..=0x45 => 0,
+        0x50..=0x56 => 1,
+        0x60 | 0x61 => 2,
+        0x70..=0x74 => 4,
+        0x80..=0x84 => 8,
+        0x94 | 0x98 => 16,
+        0xa0 | 0xa1 | 0xa3 => i.u8()? as usize,
+        0xb0 | 0xb1 | 0xb3 | 0xd0 | 0xd1 | 0xf0 => i.u32()? as usize,
+        0xc0 | 0xc1 | 0xe0 => i.u8()? as usize,
+        other => return Err(err(format!("unknown format code {other:#04x}"))),
+    };
+    i.take(fixed)?;
+    Ok(())
+}
+
+/// Decodes the sections of one AMQP 1.0 message that a record can carry (properties, message
+/// annotations, application properties, one `data` section) and steps over the others
+/// without decoding them, noting in [`Message::not_carried`] that they are there.
 ///
-/// Errors: `Error::Serialization` for bytes that are not a sequence of described sections, and
-/// for bodies a record cannot carry (`amqp-sequence`, an `amqp-value` that is not binary or
-/// string).
+/// Errors: `Error::Serialization` for bytes that are not a sequence of described sections
+/// (see [`decode_value`]).
 pub fn decode_message(b: &[u8]) -> Result<Message> {
     let mut m = Message::default();
-    let mut p = 0;
-    while p < b.len() {
-        let (v, n) = decode_value(&b[p..])?;
-        p += n;
-        let Value::Described(d, v) = v else {
+    let mut i = Input::new(b);
+    let mut seen: Vec<u64> = Vec::new();
+    let note = |m: &mut Message, why: &str| {
+        m.not_carried.get_or_insert_with(|| why.to_string());
+    };
+    while i.p < b.len() {
+        if i.u8()? != 0x00 {
             return Err(err("a section is not a described value"));
-        };
-        match (section_code(&d), *v) {
-            (Some(0x73), Value::List(fields)) => m.properties = fields,
-            (Some(0x72), Value::Map(pairs)) => m.message_annotations = pairs,
-            (Some(0x74), Value::Map(pairs)) => m.application_properties = pairs,
-            (Some(0x75), Value::Binary(data)) => m.body.extend_from_slice(&data),
-            (Some(0x77), Value::Binary(data)) => m.body = data,
-            (Some(0x77), Value::String(s)) => m.body = s.into_bytes(),
-            (Some(0x77), Value::InvalidString(b)) => m.body = b,
-            (Some(0x76), _) => {
-                return Err(err(
-                    "an amqp-sequence body cannot be carried by a backup record",
-                ))
-            }
-            (Some(0x77), other) => {
-                return Err(err(format!(
-                    "an amqp-value body of {} cannot be carried by a backup record",
-                    type_name(&other)
-                )))
-            }
-            // header, delivery annotations, footer, and unknown sections: not carried.
-            _ => {}
         }
+        let code = section_code(&value(&mut i, 1)?);
+        let repeated = code.is_some_and(|c| seen.contains(&c));
+        if let Some(c) = code {
+            seen.push(c);
+        }
+        match code.filter(|_| !repeated) {
+            Some(0x72..=0x75) => {
+                let v = value(&mut i, 1)?;
+                match (code, v) {
+                    (Some(0x73), Value::List(fields)) => m.properties = fields,
+                    (Some(0x72), Value::Map(pairs)) => m.message_annotations = pairs,
+                    (Some(0x74), Value::Map(pairs)) => m.application_properties = pairs,
+                    (Some(0x75), Value::Binary(data)) => m.body = data,
+                    (_, other) => note(&mut m, &format!("a section holds a {}", type_name(&other))),
+                }
+            }
+            _ => {
+                skip_value(&mut i, 1)?;
+                note(&mut m, section_name(code));
+            }
+        }
+    }
+    if !seen.contains(&0x75) {
+        note(&mut m, "no data section");
     }
     Ok(m)
 }
@@ -351,153 +438,9 @@ fn type_name(v: &Value) -> &'static str {
         Value::Symbol(_) => "symbol",
         Value::List(_) => "list",
         Value::Map(_) => "map",
-        Value::Array(_) => "array",
+        Value::Array(..) => "array",
         Value::Described(..) => "described value",
     }
-}
-
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) | Value::Symbol(s) => Some(s.clone()),
-        Value::Binary(b) | Value::InvalidString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::Ulong(n) => Some(n.to_string()),
-        Value::Uuid(u) => Some(format_uuid(u)),
-        _ => None,
-    }
-}
-
-fn format_uuid(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-fn small(v: &Value) -> Option<u8> {
-    match v {
-        Value::Ubyte(n) => Some(*n),
-        Value::Uint(n) => u8::try_from(*n).ok(),
-        Value::Ulong(n) => u8::try_from(*n).ok(),
-        Value::Int(n) => u8::try_from(*n).ok(),
-        Value::Long(n) => u8::try_from(*n).ok(),
-        _ => None,
-    }
-}
-
-/// An application property as the 0-9-1 header RabbitMQ makes of it (`to_091`).
-fn header_value(v: &Value) -> Result<BackupHeaderValue> {
-    Ok(match v {
-        Value::String(s) | Value::Symbol(s) => BackupHeaderValue::LongString(s.clone()),
-        Value::InvalidString(b) => BackupHeaderValue::LongStringBytes(b.clone()),
-        Value::Long(n) => BackupHeaderValue::LongLongInt(*n),
-        Value::Ulong(n) => BackupHeaderValue::LongLongInt(
-            i64::try_from(*n)
-                .map_err(|_| err(format!("the ulong {n} does not fit a 0-9-1 header")))?,
-        ),
-        Value::Int(n) => BackupHeaderValue::LongInt(*n),
-        Value::Uint(n) => BackupHeaderValue::LongUInt(*n),
-        Value::Short(n) => BackupHeaderValue::ShortInt(*n),
-        Value::Ushort(n) => BackupHeaderValue::ShortUInt(*n),
-        Value::Byte(n) => BackupHeaderValue::ShortShortInt(*n),
-        Value::Ubyte(n) => BackupHeaderValue::ShortShortUInt(*n),
-        Value::Double(f) => BackupHeaderValue::Double(*f),
-        Value::Float(f) => BackupHeaderValue::Float(*f),
-        Value::Bool(b) => BackupHeaderValue::Bool(*b),
-        Value::Timestamp(ms) => BackupHeaderValue::Timestamp(ms.div_euclid(1000).max(0) as u64),
-        Value::Binary(b) => BackupHeaderValue::Bytes(b.clone()),
-        Value::Null => BackupHeaderValue::Void,
-        Value::Char(c) => BackupHeaderValue::LongInt(*c as i32),
-        Value::Uuid(u) => BackupHeaderValue::LongString(format_uuid(u)),
-        other => {
-            return Err(err(format!(
-                "an application property of type {} cannot be a 0-9-1 header",
-                type_name(other)
-            )))
-        }
-    })
-}
-
-/// Where a stream message was read: the record's source and offset.
-#[derive(Debug, Clone, Copy)]
-pub struct Origin<'a> {
-    pub stream: &'a str,
-    pub vhost: &'a str,
-    /// The message's offset in the stream; the record's `delivery_tag` is offset + 1.
-    pub offset: u64,
-    /// backed_up_at, epoch ms.
-    pub backed_up_at: i64,
-}
-
-/// Maps a decoded message to a record (see the module documentation for the mapping).
-///
-/// Errors: `Error::Serialization` naming the offset when an application property has no 0-9-1
-/// form (a list, map, array, decimal or described value, or a ulong beyond i64).
-pub fn to_record(m: Message, at: Origin) -> Result<BackupRecord> {
-    let prop = |i: usize| m.properties.get(i).filter(|v| **v != Value::Null);
-    let mut properties = BackupProperties {
-        message_id: prop(0).and_then(text),
-        user_id: prop(1).and_then(text),
-        reply_to: prop(4).and_then(text),
-        correlation_id: prop(5).and_then(text),
-        content_type: prop(6).and_then(text),
-        content_encoding: prop(7).and_then(text),
-        timestamp: prop(9).and_then(|v| match v {
-            Value::Timestamp(ms) => Some(ms.div_euclid(1000)),
-            _ => None,
-        }),
-        ..Default::default()
-    };
-    let (mut exchange, mut routing_key) = (String::new(), String::new());
-    for (k, v) in &m.message_annotations {
-        let Some(key) = text(k) else { continue };
-        match key.as_str() {
-            "x-basic-priority" => properties.priority = small(v),
-            "x-basic-delivery-mode" => properties.delivery_mode = small(v),
-            "x-basic-expiration" => properties.expiration = text(v),
-            "x-exchange" => exchange = text(v).unwrap_or_default(),
-            "x-routing-key" => routing_key = text(v).unwrap_or_default(),
-            _ => {}
-        }
-    }
-    let mut headers = Vec::with_capacity(m.application_properties.len());
-    for (k, v) in &m.application_properties {
-        let Some(key) = text(k) else { continue };
-        match key.as_str() {
-            "x-basic-type" => properties.type_field = text(v),
-            "x-basic-app-id" => properties.app_id = text(v),
-            _ if key.len() <= 255 => {
-                let value = header_value(v).map_err(|e| {
-                    Error::Serialization(format!(
-                        "stream {} in vhost {}, offset {}: header {key}: {}",
-                        at.stream,
-                        at.vhost,
-                        at.offset,
-                        e.message()
-                    ))
-                })?;
-                headers.push((key, value));
-            }
-            // 0-9-1 header names are short strings: RabbitMQ drops longer keys too.
-            _ => {}
-        }
-    }
-    Ok(BackupRecord {
-        body: m.body,
-        properties,
-        headers,
-        exchange,
-        routing_key,
-        delivery_tag: at.offset + 1,
-        redelivered: false,
-        backed_up_at: at.backed_up_at,
-        source_queue: at.stream.to_string(),
-        source_vhost: at.vhost.to_string(),
-    })
 }
 
 #[cfg(test)]

@@ -4,10 +4,17 @@
 //! size), an optional bloom filter, then the data entries: simple entries (one message each)
 //! and sub-entry batches (several messages, possibly compressed).
 //!
-//! [`parse_chunk`] checks the CRC32 and every length before it trusts them, and gives the
-//! messages (AMQP 1.0 encoded) with their offsets.
+//! [`parse_chunk`] checks the header and the CRC32 of the data; [`Chunk::messages`] then
+//! reads the entries one message at a time, never trusting a length it has not checked:
+//! simple entries are borrowed from the chunk, sub-entry batches decompressed as they are read
+//! (zstd streaming), so a chunk costs the memory of its largest message, not of its contents.
+//! A chunk may hold at most [`CHUNK_BUDGET`] bytes of messages once decompressed, and a
+//! message at most [`MAX_MESSAGE`]: a few KiB of zstd batch can announce gigabytes, and
+//! RabbitMQ itself never looks inside a batch (README "Streams").
 
 use crate::error::{Error, Result};
+use std::borrow::Cow;
+use std::io::Read;
 
 /// Size of a chunk header, bytes.
 pub const CHUNK_HEADER_LEN: usize = 48;
@@ -15,8 +22,15 @@ pub const CHUNK_HEADER_LEN: usize = 48;
 /// Chunk type of user messages; the tracking chunks (1, 2) carry none.
 pub const CHUNK_USER: u8 = 0;
 
-/// Largest uncompressed sub-entry batch accepted, bytes (a garbage length must not allocate).
-const MAX_BATCH_BYTES: usize = 512 << 20;
+/// Largest message read from a chunk, bytes: RabbitMQ's largest `max_message_size` (512 MiB
+/// is its hard limit; 128 MiB its default).
+pub const MAX_MESSAGE: usize = 128 << 20;
+
+/// Most message bytes one chunk may give once its sub-entry batches are decompressed. RabbitMQ
+/// stores a batch as the publisher sent it (it never decompresses one) and a publish frame
+/// holds at most `frame_max` (1 MiB by default) of compressed batch: a chunk beyond this is a
+/// compression bomb, not data a stream client of RabbitMQ sends.
+pub const CHUNK_BUDGET: u64 = 512 << 20;
 
 /// The header of a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,12 +50,35 @@ pub struct ChunkHeader {
     pub bloom_len: u8,
 }
 
-/// A parsed chunk: its header and its messages, in offset order (`header.first_offset + i`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunk {
+impl ChunkHeader {
+    /// The offset after the chunk's last message (`first_offset + num_records`).
+    ///
+    /// Errors: `Error::Stream` when it does not fit a u64 (a broker never sends that).
+    pub fn next_offset(&self) -> Result<u64> {
+        self.first_offset
+            .checked_add(u64::from(self.num_records))
+            .ok_or_else(|| {
+                bad(format!(
+                    "chunk at offset {} announces {} records: beyond the largest offset",
+                    self.first_offset, self.num_records
+                ))
+            })
+    }
+
+    /// The offset of the chunk's last message, `None` when it holds none.
+    pub fn last_offset(&self) -> Result<Option<u64>> {
+        Ok(self
+            .next_offset()?
+            .checked_sub(1)
+            .filter(|_| self.num_records > 0))
+    }
+}
+
+/// A checked chunk: its header and its data entries (borrowed from the frame).
+#[derive(Debug, Clone, Copy)]
+pub struct Chunk<'a> {
     pub header: ChunkHeader,
-    /// The AMQP 1.0 encoded messages (none for tracking chunks).
-    pub messages: Vec<Vec<u8>>,
+    data: &'a [u8],
 }
 
 fn be_u16(b: &[u8], at: usize) -> u16 {
@@ -90,15 +127,14 @@ pub fn parse_header(b: &[u8]) -> Result<ChunkHeader> {
     })
 }
 
-/// Parses one chunk (the bytes after a `Deliver` frame's subscription id): header, CRC32 of
-/// the data, entries. Tracking chunks give no messages.
+/// Checks one chunk (the bytes after a `Deliver` frame's subscription id): its header, that
+/// its data is present, and the CRC32 of the data. The entries are read by
+/// [`Chunk::messages`].
 ///
-/// Errors: `Error::Stream` for a truncated chunk, a CRC32 mismatch, entries or records that
-/// disagree with the header, or an entry that runs past the data; `Error::Compression` for a
-/// sub-entry batch compressed with a codec rmq-backup does not decode (gzip, snappy, lz4: only
-/// uncompressed and zstd batches are read) or that does not decompress.
-pub fn parse_chunk(b: &[u8]) -> Result<Chunk> {
+/// Errors: `Error::Stream` for a truncated chunk or a CRC32 mismatch.
+pub fn parse_chunk(b: &[u8]) -> Result<Chunk<'_>> {
     let header = parse_header(b)?;
+    header.next_offset()?;
     let start = CHUNK_HEADER_LEN + header.bloom_len as usize;
     let end = start
         .checked_add(header.data_len as usize)
@@ -119,53 +155,259 @@ pub fn parse_chunk(b: &[u8]) -> Result<Chunk> {
             header.first_offset, header.crc
         )));
     }
-    if header.chunk_type != CHUNK_USER {
-        return Ok(Chunk {
-            header,
-            messages: Vec::new(),
-        });
+    Ok(Chunk { header, data })
+}
+
+impl<'a> Chunk<'a> {
+    /// The chunk's messages (AMQP 1.0 encoded), in offset order (`header.first_offset + i`);
+    /// none for tracking chunks.
+    ///
+    /// Each item is a message or the error that ends the chunk: `Error::Stream` for entries or
+    /// records that disagree with the header, an entry that runs past the data, a message over
+    /// [`MAX_MESSAGE`] or a chunk over [`CHUNK_BUDGET`]; `Error::Compression` for a sub-entry
+    /// batch compressed with a codec rmq-backup does not decode (gzip, snappy, lz4: only
+    /// uncompressed and zstd batches are read) or that does not decompress to what it
+    /// announces.
+    pub fn messages(&self) -> Messages<'a> {
+        self.messages_within(CHUNK_BUDGET)
     }
-    let mut messages = Vec::with_capacity((header.num_records as usize).min(data.len() / 4 + 1));
-    let mut p = 0usize;
-    for _ in 0..header.num_entries {
-        let first = *data.get(p).ok_or_else(|| {
-            bad(format!(
-                "chunk at offset {}: {} entries announced, the data ends after {}",
-                header.first_offset,
-                header.num_entries,
-                messages.len()
-            ))
-        })?;
-        if first & 0x80 == 0 {
-            let size = (read_u32(data, p, &header)? & 0x7fff_ffff) as usize;
-            messages.push(slice(data, p + 4, size, &header)?.to_vec());
-            p += 4 + size;
-        } else {
-            let codec = (first >> 4) & 0x7;
-            let head = slice(data, p, 11, &header)?;
-            let count = be_u16(head, 1) as usize;
-            let uncompressed = be_u32(head, 3) as usize;
-            let size = be_u32(head, 7) as usize;
-            let body = slice(data, p + 11, size, &header)?;
-            let plain = decompress(codec, body, uncompressed, &header)?;
-            let mut q = 0usize;
-            for _ in 0..count {
-                let len = read_u32(&plain, q, &header)? as usize;
-                messages.push(slice(&plain, q + 4, len, &header)?.to_vec());
-                q += 4 + len;
-            }
-            p += 11 + size;
+
+    /// [`Chunk::messages`] with another budget than [`CHUNK_BUDGET`] (tests).
+    fn messages_within(&self, budget: u64) -> Messages<'a> {
+        let user = self.header.chunk_type == CHUNK_USER;
+        Messages {
+            header: self.header,
+            data: self.data,
+            p: 0,
+            entries_left: if user { self.header.num_entries } else { 0 },
+            records: 0,
+            budget,
+            batch: None,
+            failed: false,
+            user,
         }
     }
-    if messages.len() != header.num_records as usize {
+}
+
+/// The sub-entry batch being read: its messages left and where they come from.
+struct Batch<'a> {
+    left: u16,
+    /// Bytes the batch announces uncompressed and has not given yet.
+    remaining: u64,
+    source: BatchSource<'a>,
+}
+
+enum BatchSource<'a> {
+    Plain(&'a [u8]),
+    Zstd(Box<zstd::stream::read::Decoder<'a, &'a [u8]>>),
+}
+
+/// The messages of a chunk, read one at a time ([`Chunk::messages`]).
+pub struct Messages<'a> {
+    header: ChunkHeader,
+    data: &'a [u8],
+    p: usize,
+    entries_left: u16,
+    /// Messages given so far.
+    records: u64,
+    /// Message bytes the chunk may still give.
+    budget: u64,
+    batch: Option<Batch<'a>>,
+    failed: bool,
+    user: bool,
+}
+
+impl<'a> Iterator for Messages<'a> {
+    type Item = Result<Cow<'a, [u8]>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let item = self.next_message().transpose();
+        if matches!(item, Some(Err(_))) {
+            self.failed = true;
+        }
+        item
+    }
+}
+
+impl<'a> Messages<'a> {
+    fn next_message(&mut self) -> Result<Option<Cow<'a, [u8]>>> {
+        let m = self.read_message()?;
+        // Never more than announced: offsets first_offset + i stay below next_offset().
+        if m.is_some() && self.records > u64::from(self.header.num_records) {
+            return Err(bad(format!(
+                "chunk at offset {}: more records than the {} announced",
+                self.header.first_offset, self.header.num_records
+            )));
+        }
+        Ok(m)
+    }
+
+    fn read_message(&mut self) -> Result<Option<Cow<'a, [u8]>>> {
+        loop {
+            if let Some(batch) = self.batch.as_mut() {
+                if batch.left > 0 {
+                    batch.left -= 1;
+                    let m = read_batch_message(batch, &mut self.budget, &self.header)?;
+                    self.records += 1;
+                    return Ok(Some(Cow::Owned(m)));
+                }
+                if batch.remaining != 0 || !batch_exhausted(batch) {
+                    return Err(Error::Compression(format!(
+                        "chunk at offset {}: a sub-entry batch holds more bytes than its messages",
+                        self.header.first_offset
+                    )));
+                }
+                self.batch = None;
+            }
+            if self.entries_left == 0 {
+                return self.finish().map(|()| None);
+            }
+            self.entries_left -= 1;
+            let h = self.header;
+            let first = *self.data.get(self.p).ok_or_else(|| {
+                bad(format!(
+                    "chunk at offset {}: {} entries announced, the data ends after {}",
+                    h.first_offset,
+                    h.num_entries,
+                    h.num_entries - self.entries_left - 1
+                ))
+            })?;
+            if first & 0x80 == 0 {
+                let size = (read_u32(self.data, self.p, &h)? & 0x7fff_ffff) as usize;
+                let m = slice(self.data, self.p + 4, size, &h)?;
+                self.p += 4 + size;
+                spend(&mut self.budget, size, &h)?;
+                self.records += 1;
+                return Ok(Some(Cow::Borrowed(m)));
+            }
+            let codec = (first >> 4) & 0x7;
+            let head = slice(self.data, self.p, 11, &h)?;
+            let count = be_u16(head, 1);
+            let uncompressed = u64::from(be_u32(head, 3));
+            let size = be_u32(head, 7) as usize;
+            let body = slice(self.data, self.p + 11, size, &h)?;
+            self.p += 11 + size;
+            if uncompressed > self.budget {
+                return Err(over_budget(&h));
+            }
+            let source = match codec {
+                0 => BatchSource::Plain(body),
+                4 => BatchSource::Zstd(Box::new(zstd_decoder(body, &h)?)),
+                other => return Err(unsupported_codec(other, &h)),
+            };
+            self.batch = Some(Batch {
+                left: count,
+                remaining: uncompressed,
+                source,
+            });
+        }
+    }
+
+    /// After the last entry: the messages found must be the records announced.
+    fn finish(&self) -> Result<()> {
+        if self.user && self.records != u64::from(self.header.num_records) {
+            return Err(bad(format!(
+                "chunk at offset {}: {} records announced, {} found",
+                self.header.first_offset, self.header.num_records, self.records
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn over_budget(h: &ChunkHeader) -> Error {
+    bad(format!(
+        "chunk at offset {}: its messages take more than {} MiB once decompressed; rmq-backup reads at most that much per chunk (a compression bomb, or a chunk no RabbitMQ stream client writes)",
+        h.first_offset,
+        CHUNK_BUDGET >> 20
+    ))
+}
+
+fn spend(budget: &mut u64, n: usize, h: &ChunkHeader) -> Result<()> {
+    if n > MAX_MESSAGE {
         return Err(bad(format!(
-            "chunk at offset {}: {} records announced, {} found",
-            header.first_offset,
-            header.num_records,
-            messages.len()
+            "chunk at offset {}: a message of {n} bytes; rmq-backup reads messages of at most {} MiB",
+            h.first_offset,
+            MAX_MESSAGE >> 20
         )));
     }
-    Ok(Chunk { header, messages })
+    *budget = budget.checked_sub(n as u64).ok_or_else(|| over_budget(h))?;
+    Ok(())
+}
+
+/// One message of a sub-entry batch: its 4-byte length, then its bytes, checked against what
+/// the batch announced and the chunk's budget before anything is allocated.
+fn read_batch_message(batch: &mut Batch, budget: &mut u64, h: &ChunkHeader) -> Result<Vec<u8>> {
+    let short = || {
+        Error::Compression(format!(
+            "chunk at offset {}: a sub-entry batch ends before its messages do",
+            h.first_offset
+        ))
+    };
+    let mut len = [0u8; 4];
+    read_exact(&mut batch.source, &mut len, h)?;
+    let n = u32::from_be_bytes(len) as usize;
+    batch.remaining = batch
+        .remaining
+        .checked_sub(4 + n as u64)
+        .ok_or_else(short)?;
+    spend(budget, n, h)?;
+    let mut m = vec![0u8; n];
+    read_exact(&mut batch.source, &mut m, h)?;
+    Ok(m)
+}
+
+fn read_exact(source: &mut BatchSource, out: &mut [u8], h: &ChunkHeader) -> Result<()> {
+    match source {
+        BatchSource::Plain(rest) => {
+            if rest.len() < out.len() {
+                return Err(Error::Compression(format!(
+                    "chunk at offset {}: a sub-entry batch ends before its messages do",
+                    h.first_offset
+                )));
+            }
+            let (head, tail) = rest.split_at(out.len());
+            out.copy_from_slice(head);
+            *rest = tail;
+            Ok(())
+        }
+        BatchSource::Zstd(d) => d.read_exact(out).map_err(|e| {
+            Error::Compression(format!(
+                "chunk at offset {}: zstd sub-entry batch does not decompress to what it announces: {e}",
+                h.first_offset
+            ))
+        }),
+    }
+}
+
+/// Largest zstd window a sub-entry batch may use (log2: 16 MiB). A frame may ask its decoder
+/// for a window of up to 2 GiB; stream clients compress batches of at most a few MiB.
+const ZSTD_WINDOW_LOG_MAX: u32 = 24;
+
+fn zstd_decoder<'a>(
+    body: &'a [u8],
+    h: &ChunkHeader,
+) -> Result<zstd::stream::read::Decoder<'a, &'a [u8]>> {
+    let failed = |e: std::io::Error| {
+        Error::Compression(format!(
+            "chunk at offset {}: zstd sub-entry batch: {e}",
+            h.first_offset
+        ))
+    };
+    let mut d = zstd::stream::read::Decoder::with_buffer(body).map_err(failed)?;
+    d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(failed)?;
+    Ok(d)
+}
+
+/// True when the batch's source has nothing left.
+fn batch_exhausted(batch: &mut Batch) -> bool {
+    match &mut batch.source {
+        BatchSource::Plain(rest) => rest.is_empty(),
+        BatchSource::Zstd(d) => matches!(d.read(&mut [0u8; 1]), Ok(0)),
+    }
 }
 
 fn read_u32(b: &[u8], at: usize, h: &ChunkHeader) -> Result<u32> {
@@ -184,44 +426,19 @@ fn slice<'a>(b: &'a [u8], at: usize, len: usize, h: &ChunkHeader) -> Result<&'a 
         })
 }
 
-/// The messages of a sub-entry batch, uncompressed. Codecs (osiris / stream clients): 0 none,
-/// 1 gzip, 2 snappy, 3 lz4, 4 zstd.
-fn decompress(codec: u8, body: &[u8], uncompressed: usize, h: &ChunkHeader) -> Result<Vec<u8>> {
-    match codec {
-        0 => Ok(body.to_vec()),
-        4 => {
-            if uncompressed > MAX_BATCH_BYTES {
-                return Err(Error::Compression(format!(
-                    "chunk at offset {}: a sub-entry batch announces {uncompressed} bytes uncompressed",
-                    h.first_offset
-                )));
-            }
-            let out = zstd::bulk::decompress(body, uncompressed).map_err(|e| {
-                Error::Compression(format!(
-                    "chunk at offset {}: zstd sub-entry batch does not decompress: {e}",
-                    h.first_offset
-                ))
-            })?;
-            if out.len() != uncompressed {
-                return Err(Error::Compression(format!(
-                    "chunk at offset {}: zstd sub-entry batch gave {} bytes, {uncompressed} announced",
-                    h.first_offset,
-                    out.len()
-                )));
-            }
-            Ok(out)
+/// Codecs of sub-entry batches (osiris / stream clients): 0 none, 1 gzip, 2 snappy, 3 lz4,
+/// 4 zstd; rmq-backup reads 0 and 4.
+fn unsupported_codec(codec: u8, h: &ChunkHeader) -> Error {
+    Error::Compression(format!(
+        "chunk at offset {}: sub-entry batch compressed with {} (codec {codec}); rmq-backup reads uncompressed and zstd batches only",
+        h.first_offset,
+        match codec {
+            1 => "gzip",
+            2 => "snappy",
+            3 => "lz4",
+            _ => "an unknown codec",
         }
-        other => Err(Error::Compression(format!(
-            "chunk at offset {}: sub-entry batch compressed with {} (codec {other}); rmq-backup reads uncompressed and zstd batches only",
-            h.first_offset,
-            match other {
-                1 => "gzip",
-                2 => "snappy",
-                3 => "lz4",
-                _ => "an unknown codec",
-            }
-        ))),
-    }
+    ))
 }
 
 /// Builds a chunk (for tests): a user chunk of `entries`, each either one message (simple
@@ -271,6 +488,16 @@ pub(crate) fn make_chunk(first_offset: u64, entries: &[Vec<Vec<u8>>], batch_code
 mod tests {
     use super::*;
 
+    /// Every message of a chunk, or the first error.
+    fn read_all(b: &[u8]) -> Result<(ChunkHeader, Vec<Vec<u8>>)> {
+        let c = parse_chunk(b)?;
+        let messages = c
+            .messages()
+            .map(|m| m.map(|m| m.into_owned()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((c.header, messages))
+    }
+
     fn msgs(n: usize) -> Vec<Vec<u8>> {
         (0..n).map(|i| vec![i as u8; i]).collect()
     }
@@ -278,20 +505,20 @@ mod tests {
     #[test]
     fn simple_entries_come_out_in_order() {
         let entries: Vec<Vec<Vec<u8>>> = msgs(5).into_iter().map(|m| vec![m]).collect();
-        let c = parse_chunk(&make_chunk(42, &entries, 0xff)).unwrap();
-        assert_eq!(c.header.first_offset, 42);
-        assert_eq!(c.header.num_records, 5);
-        assert_eq!(c.header.timestamp, 1_700_000_000_000);
-        assert_eq!(c.messages, msgs(5));
+        let (h, messages) = read_all(&make_chunk(42, &entries, 0xff)).unwrap();
+        assert_eq!(h.first_offset, 42);
+        assert_eq!(h.num_records, 5);
+        assert_eq!(h.timestamp, 1_700_000_000_000);
+        assert_eq!(messages, msgs(5));
     }
 
     #[test]
     fn sub_entry_batches_plain_and_zstd_are_read() {
         for codec in [0u8, 4] {
-            let c = parse_chunk(&make_chunk(0, &[msgs(3), msgs(4)], codec)).unwrap();
+            let (_, messages) = read_all(&make_chunk(0, &[msgs(3), msgs(4)], codec)).unwrap();
             let mut want = msgs(3);
             want.extend(msgs(4));
-            assert_eq!(c.messages, want, "codec {codec}");
+            assert_eq!(messages, want, "codec {codec}");
         }
     }
 
@@ -302,7 +529,7 @@ mod tests {
         c[CHUNK_HEADER_LEN] = 0x80 | (1 << 4);
         let crc = crc32fast::hash(&c[CHUNK_HEADER_LEN..]);
         c[32..36].copy_from_slice(&crc.to_be_bytes());
-        let e = parse_chunk(&c).unwrap_err().to_string();
+        let e = read_all(&c).unwrap_err().to_string();
         assert!(
             e.starts_with(
                 "Compression error: chunk at offset 7: sub-entry batch compressed with gzip"
@@ -316,18 +543,15 @@ mod tests {
         let good = make_chunk(9, &[msgs(3)], 0);
         let mut flipped = good.clone();
         *flipped.last_mut().unwrap() ^= 1;
-        let e = parse_chunk(&flipped).unwrap_err().to_string();
+        let e = read_all(&flipped).unwrap_err().to_string();
         assert!(e.contains("CRC32 mismatch"), "{e}");
         // Every truncation is an error, never a panic.
         for n in 0..good.len() {
-            assert!(parse_chunk(&good[..n]).is_err(), "{n} bytes");
+            assert!(read_all(&good[..n]).is_err(), "{n} bytes");
         }
         let mut magic = good.clone();
         magic[0] = 0x40;
-        assert!(parse_chunk(&magic)
-            .unwrap_err()
-            .to_string()
-            .contains("magic"));
+        assert!(read_all(&magic).unwrap_err().to_string().contains("magic"));
     }
 
     #[test]
@@ -353,8 +577,123 @@ mod tests {
                     b[32..36].copy_from_slice(&crc.to_be_bytes());
                     b[1] = 0;
                 }
-                let _ = parse_chunk(&b);
+                let _ = read_all(&b);
             }
         }
+    }
+
+    /// A zstd sub-entry batch announcing `announced` bytes, made of `count` messages of
+    /// `size` zero bytes (compressed as they are written: nothing this large is ever in
+    /// memory).
+    fn zstd_batch(count: usize, size: usize, announced: u32) -> Vec<u8> {
+        use std::io::Write;
+        let mut z = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+        let zeros = vec![0u8; size];
+        for _ in 0..count {
+            z.write_all(&(size as u32).to_be_bytes()).unwrap();
+            z.write_all(&zeros).unwrap();
+        }
+        let body = z.finish().unwrap();
+        let mut data = vec![0x80 | (4 << 4)];
+        data.extend_from_slice(&(count as u16).to_be_bytes());
+        data.extend_from_slice(&announced.to_be_bytes());
+        data.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        data.extend_from_slice(&body);
+        data
+    }
+
+    /// A user chunk at offset 7 of `batches` (entries) holding `records` messages.
+    fn chunk_of(batches: &[Vec<u8>], records: usize) -> Vec<u8> {
+        let data = batches.concat();
+        let mut c = vec![0x50, CHUNK_USER];
+        c.extend_from_slice(&(batches.len() as u16).to_be_bytes());
+        c.extend_from_slice(&(records as u32).to_be_bytes());
+        c.extend_from_slice(&[0u8; 16]);
+        c.extend_from_slice(&7u64.to_be_bytes());
+        c.extend_from_slice(&crc32fast::hash(&data).to_be_bytes());
+        c.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        c.extend_from_slice(&[0u8; 8]);
+        c.extend_from_slice(&data);
+        c
+    }
+
+    fn zstd_bomb(count: usize, size: usize, announced: u32) -> Vec<u8> {
+        chunk_of(&[zstd_batch(count, size, announced)], count)
+    }
+
+    #[test]
+    fn a_batch_announcing_more_than_the_budget_is_refused_before_it_is_read() {
+        let bomb = zstd_bomb(4, 1 << 10, u32::MAX);
+        assert!(bomb.len() < 200, "{} bytes announce 4 GiB", bomb.len());
+        let e = read_all(&bomb).unwrap_err().to_string();
+        assert!(
+            e.starts_with("Stream protocol error: chunk at offset 7: its messages take more than 512 MiB once decompressed"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_chunk_is_read_lazily_up_to_its_budget() {
+        // Two batches of 6 messages of 1 MiB: 12 MiB from a few KiB, read one message at a
+        // time; a budget of 10 MiB takes the first batch, not the second.
+        let size = 1 << 20;
+        let batch = zstd_batch(6, size, 6 * (size as u32 + 4));
+        let bomb = chunk_of(&[batch.clone(), batch], 12);
+        assert!(bomb.len() < 4 << 10, "{} bytes", bomb.len());
+        let c = parse_chunk(&bomb).unwrap();
+        let mut it = c.messages_within(10 * (size as u64));
+        for i in 0..6 {
+            let m = it.next().unwrap().unwrap();
+            assert_eq!(m.len(), size, "message {i}");
+        }
+        let e = it.next().unwrap().unwrap_err().to_string();
+        assert!(e.contains("once decompressed"), "{e}");
+        assert!(it.next().is_none(), "an error ends the chunk");
+    }
+
+    #[test]
+    fn a_batch_that_lies_about_its_size_is_refused() {
+        // Announces less than it holds, then more.
+        for announced in [1000u32, 3 * 1028 + 1] {
+            let e = read_all(&zstd_bomb(3, 1024, announced))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("Compression error: chunk at offset 7: "),
+                "{announced}: {e}"
+            );
+        }
+        assert_eq!(read_all(&zstd_bomb(3, 1024, 3 * 1028)).unwrap().1.len(), 3);
+    }
+
+    #[test]
+    fn simple_entries_are_borrowed_not_copied() {
+        let entries: Vec<Vec<Vec<u8>>> = msgs(3).into_iter().map(|m| vec![m]).collect();
+        let chunk = make_chunk(0, &entries, 0xff);
+        let c = parse_chunk(&chunk).unwrap();
+        assert!(c.messages().all(|m| matches!(m, Ok(Cow::Borrowed(_)))));
+    }
+
+    #[test]
+    fn a_chunk_never_gives_more_records_than_it_announces() {
+        let mut c = make_chunk(u64::MAX - 3, &[msgs(3)], 0);
+        // Announce 2 records for a batch of 3.
+        c[4..8].copy_from_slice(&2u32.to_be_bytes());
+        let chunk = parse_chunk(&c).unwrap();
+        let got: Vec<_> = chunk.messages().collect();
+        assert_eq!(got.len(), 3);
+        assert!(got[..2].iter().all(|m| m.is_ok()));
+        let e = got[2].as_ref().unwrap_err().to_string();
+        assert!(e.contains("more records than the 2 announced"), "{e}");
+    }
+
+    #[test]
+    fn offsets_beyond_u64_are_an_error() {
+        let mut c = make_chunk(u64::MAX - 1, &[msgs(3)], 0);
+        let e = parse_chunk(&c).unwrap_err().to_string();
+        assert!(e.contains("beyond the largest offset"), "{e}");
+        c[24..32].copy_from_slice(&(u64::MAX - 3).to_be_bytes());
+        let h = parse_chunk(&c).unwrap().header;
+        assert_eq!(h.last_offset().unwrap(), Some(u64::MAX - 1));
     }
 }

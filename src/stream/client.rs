@@ -39,6 +39,8 @@ pub struct StreamConnection {
 pub struct Subscription {
     pub id: u8,
     rx: Receiver<Result<Vec<u8>>>,
+    /// The connection's state: why it ended, once it has.
+    shared: Arc<Shared>,
 }
 
 impl Subscription {
@@ -50,9 +52,21 @@ impl Subscription {
         match self.rx.recv_timeout(timeout) {
             Ok(r) => r.map(Some),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => Ok(None),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(Error::Connection(
-                "stream connection closed while a subscription was reading".into(),
-            )),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                let why = self.shared.closed.lock().ok().and_then(|c| c.clone());
+                Err(match why {
+                    // The reader's own words: a protocol error keeps its category.
+                    Some(w) if w.starts_with("Stream protocol error: ") => {
+                        Error::Stream(w.trim_start_matches("Stream protocol error: ").into())
+                    }
+                    Some(w) => Error::Connection(format!(
+                        "stream connection closed while a subscription was reading: {w}"
+                    )),
+                    None => Error::Connection(
+                        "stream connection closed while a subscription was reading".into(),
+                    ),
+                })
+            }
         }
     }
 }
@@ -244,7 +258,11 @@ impl StreamConnection {
                 &self.endpoint,
             ));
         }
-        Ok(Subscription { id, rx })
+        Ok(Subscription {
+            id,
+            rx,
+            shared: self.shared.clone(),
+        })
     }
 
     /// Grants `credit` more chunks to subscription `id` (no response unless it fails, which
@@ -303,6 +321,34 @@ impl StreamConnection {
         self.write(&b.finish())
     }
 
+    /// Publishes one sub-entry batch with publisher `id` (rabbit_stream_utils
+    /// `write_messages`): `count` messages of `uncompressed` bytes in all, as `batch` holds
+    /// them, compressed with `codec` (0 none, 4 zstd); the broker stores it as it is. One
+    /// confirm, for `publishing_id`, arrives on the [`Publisher`].
+    pub fn publish_sub_batch(
+        &self,
+        id: u8,
+        publishing_id: u64,
+        codec: u8,
+        count: u16,
+        uncompressed: u32,
+        batch: &[u8],
+    ) -> Result<()> {
+        let size = u32::try_from(batch.len())
+            .map_err(|_| Error::Stream(format!("a sub-entry batch of {} bytes", batch.len())))?;
+        let frame = FrameBuf::new(key::PUBLISH)
+            .u8(id)
+            .u32(1)
+            .u64(publishing_id)
+            .u8(0x80 | ((codec & 0x7) << 4))
+            .u16(count)
+            .u32(uncompressed)
+            .u32(size)
+            .raw(batch)
+            .finish();
+        self.write(&frame)
+    }
+
     /// Whether each of `streams` exists (its metadata response code is OK).
     pub fn streams_exist(&self, streams: &[&str]) -> Result<Vec<(String, bool)>> {
         let (_, f) = self.request("metadata", |corr| {
@@ -314,28 +360,7 @@ impl StreamConnection {
             }
             Ok(b.finish())
         })?;
-        // Metadata has no response code: brokers, then stream metadata.
-        let (_, mut c) = open_frame(&f)?;
-        let _corr = c.u32()?;
-        let brokers = c.count(8)?;
-        for _ in 0..brokers {
-            let _reference = c.u16()?;
-            let _host = c.string()?;
-            let _port = c.u32()?;
-        }
-        let n = c.count(6)?;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let name = c.string()?;
-            let code = c.u16()?;
-            let _leader = c.u16()?;
-            let replicas = c.count(2)?;
-            for _ in 0..replicas {
-                let _ = c.u16()?;
-            }
-            out.push((name, code == RESPONSE_OK));
-        }
-        Ok(out)
+        parse_metadata(&f)
     }
 
     /// The offset stored under `reference` for `stream`, `None` when there is none.
@@ -427,6 +452,36 @@ impl StreamConnection {
             let _ = h.join();
         }
     }
+}
+
+/// Reads a metadata response (the bytes after the frame size): each stream's name and whether
+/// its response code is OK.
+///
+/// Errors: `Stream protocol error: truncated frame ...` and the like for a malformed frame.
+#[doc(hidden)]
+pub fn parse_metadata(f: &[u8]) -> Result<Vec<(String, bool)>> {
+    // Metadata has no response code: brokers, then stream metadata.
+    let (_, mut c) = open_frame(f)?;
+    let _corr = c.u32()?;
+    let brokers = c.count(8)?;
+    for _ in 0..brokers {
+        let _reference = c.u16()?;
+        let _host = c.string()?;
+        let _port = c.u32()?;
+    }
+    let n = c.count(6)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = c.string()?;
+        let code = c.u16()?;
+        let _leader = c.u16()?;
+        let replicas = c.count(2)?;
+        for _ in 0..replicas {
+            let _ = c.u16()?;
+        }
+        out.push((name, code == RESPONSE_OK));
+    }
+    Ok(out)
 }
 
 impl Drop for StreamConnection {

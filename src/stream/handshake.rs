@@ -7,7 +7,7 @@ use super::reader::{Frame, MAX_FRAME};
 use crate::amqp::transport::Transport;
 use crate::error::{Error, Result};
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How to reach and log in to the broker's stream port.
 #[derive(Clone)]
@@ -105,11 +105,47 @@ pub(super) fn open_frame(f: &[u8]) -> Result<(u16, Cursor<'_>)> {
     Ok((k, c))
 }
 
-/// Reads frames during the handshake until the response `want` with correlation `corr`.
-fn handshake_response(io: &mut Transport, want: u16, corr: u32, endpoint: &str) -> Result<Frame> {
+/// Reads the next frame of the handshake, which must come before `deadline` (the whole
+/// handshake's: heartbeats or other frames the broker sends meanwhile do not move it).
+fn read_before(
+    io: &mut Transport,
+    buf: &mut Vec<u8>,
+    endpoint: &str,
+    deadline: Instant,
+) -> Result<Frame> {
+    let late = || {
+        Error::Connection(format!(
+            "the stream handshake with {endpoint} did not finish in time (the broker sent other frames, or nothing)"
+        ))
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(late());
+    }
+    io.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+        .map_err(|e| Error::Connection(format!("stream connection to {endpoint}: {e}")))?;
+    read_frame(io, buf, endpoint).map_err(|e| {
+        // The read timed out at the deadline: that is the deadline's error.
+        if Instant::now() >= deadline {
+            late()
+        } else {
+            e
+        }
+    })
+}
+
+/// Reads frames during the handshake until the response `want` with correlation `corr`,
+/// before `deadline`.
+fn handshake_response(
+    io: &mut Transport,
+    want: u16,
+    corr: u32,
+    endpoint: &str,
+    deadline: Instant,
+) -> Result<Frame> {
     let mut buf = Vec::new();
     loop {
-        let f = read_frame(io, &mut buf, endpoint)?;
+        let f = read_before(io, &mut buf, endpoint, deadline)?;
         let (k, mut c) = open_frame(&f)?;
         if k == want | key::RESPONSE && c.u32()? == corr {
             return Ok(f);
@@ -166,6 +202,8 @@ pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
     io.set_read_timeout(Some(o.rpc_timeout))
         .and_then(|()| io.set_write_timeout(Some(o.rpc_timeout)))
         .map_err(|e| Error::Connection(format!("stream connection to {endpoint}: {e}")))?;
+    // The whole login, however many frames the broker sends meanwhile.
+    let deadline = Instant::now() + o.connect_timeout + o.rpc_timeout;
     let send = |io: &mut Transport, f: Vec<u8>| io.write_all(&f).map_err(|e| io_lost(&endpoint, e));
 
     let version = env!("CARGO_PKG_VERSION");
@@ -180,13 +218,13 @@ pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
             ])?
             .finish(),
     )?;
-    let f = handshake_response(&mut io, key::PEER_PROPERTIES, 1, &endpoint)?;
+    let f = handshake_response(&mut io, key::PEER_PROPERTIES, 1, &endpoint, deadline)?;
     let (_, mut c) = open_frame(&f)?;
     let _ = c.u32()?;
     expect_ok(response_code(&mut c)?, "peer properties", &endpoint)?;
 
     send(&mut io, FrameBuf::new(key::SASL_HANDSHAKE).u32(2).finish())?;
-    let f = handshake_response(&mut io, key::SASL_HANDSHAKE, 2, &endpoint)?;
+    let f = handshake_response(&mut io, key::SASL_HANDSHAKE, 2, &endpoint, deadline)?;
     let (_, mut c) = open_frame(&f)?;
     let _ = c.u32()?;
     expect_ok(response_code(&mut c)?, "SASL handshake", &endpoint)?;
@@ -212,7 +250,7 @@ pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
             .bytes(&plain)?
             .finish(),
     )?;
-    let f = handshake_response(&mut io, key::SASL_AUTHENTICATE, 3, &endpoint)?;
+    let f = handshake_response(&mut io, key::SASL_AUTHENTICATE, 3, &endpoint, deadline)?;
     let (_, mut c) = open_frame(&f)?;
     let _ = c.u32()?;
     match response_code(&mut c)? {
@@ -229,7 +267,7 @@ pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
     // The broker proposes frame max and heartbeat; we answer with ours.
     let mut buf = Vec::new();
     let (frame_max, heartbeat) = loop {
-        let f = read_frame(&mut io, &mut buf, &endpoint)?;
+        let f = read_before(&mut io, &mut buf, &endpoint, deadline)?;
         let (k, mut c) = open_frame(&f)?;
         if k == key::TUNE {
             break (c.u32()?, c.u32()?);
@@ -251,7 +289,7 @@ pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
         &mut io,
         FrameBuf::new(key::OPEN).u32(4).string(&o.vhost)?.finish(),
     )?;
-    let f = handshake_response(&mut io, key::OPEN, 4, &endpoint)?;
+    let f = handshake_response(&mut io, key::OPEN, 4, &endpoint, deadline)?;
     let (_, mut c) = open_frame(&f)?;
     let _ = c.u32()?;
     match response_code(&mut c)? {
@@ -274,6 +312,57 @@ pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
             "stream connection to {endpoint} open (vhost {}, frame max {frame_max}, heartbeat {heartbeat} s)",
             o.vhost
         );
+    io.set_read_timeout(Some(o.rpc_timeout))
+        .map_err(|e| Error::Connection(format!("stream connection to {endpoint}: {e}")))?;
 
     Ok((io, endpoint, heartbeat))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that accepts the connection and sends heartbeats forever, answering nothing:
+    /// the handshake ends at its deadline, however often frames come.
+    #[test]
+    fn heartbeats_do_not_keep_a_handshake_waiting() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = listener.accept() else {
+                return;
+            };
+            let beat = FrameBuf::new(key::HEARTBEAT).finish();
+            while s.write_all(&beat).is_ok() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let o = StreamOptions {
+            host: "127.0.0.1".into(),
+            port,
+            user: "u".into(),
+            password: "p".into(),
+            vhost: "/".into(),
+            connect_timeout: Duration::from_millis(500),
+            rpc_timeout: Duration::from_millis(500),
+            heartbeat_secs: 60,
+            connection_name: "t".into(),
+            tls: None,
+        };
+        let started = Instant::now();
+        let Err(e) = handshake(&o) else {
+            panic!("a handshake with a peer that only beats");
+        };
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            e.to_string().starts_with(&format!(
+                "Connection error: the stream handshake with 127.0.0.1:{port} did not finish in time"
+            )),
+            "{e}"
+        );
+    }
 }

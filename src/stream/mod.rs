@@ -12,8 +12,12 @@ pub mod amqp10;
 pub mod chunk;
 pub mod client;
 mod handshake;
+#[cfg(test)]
+mod hostile_tests;
 pub mod protocol;
 mod reader;
 
 pub use client::{Publisher, StreamConnection, StreamOptions, Subscription};
 pub use protocol::OffsetSpec;
+#[doc(hidden)]
+pub use reader::decode_received;

@@ -135,6 +135,11 @@ impl FrameBuf {
         self.buf.extend_from_slice(b);
         Ok(self)
     }
+    /// Bytes as they are, without a length (a sub-entry batch of a publish).
+    pub fn raw(mut self, b: &[u8]) -> Self {
+        self.buf.extend_from_slice(b);
+        self
+    }
     /// A `[Key Value]` map of strings (peer properties, subscription properties, arguments).
     pub fn string_map(mut self, map: &[(&str, &str)]) -> Result<Self> {
         self = self.u32(map.len() as u32);

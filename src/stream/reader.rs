@@ -110,7 +110,7 @@ pub(super) fn reader_loop(
 /// Reads what the socket has into `partial` and returns a whole frame when one is there;
 /// `None` on a read timeout (nothing lost: the partial frame stays in `partial`).
 fn read_some(
-    io: &mut Transport,
+    io: &mut impl Read,
     partial: &mut Vec<u8>,
     buf: &mut Vec<u8>,
 ) -> Result<Option<Frame>> {
@@ -151,7 +151,7 @@ fn read_some(
     }
 }
 
-fn dispatch(f: &[u8], shared: &Shared, writer: &mut Transport, endpoint: &str) -> Result<()> {
+fn dispatch(f: &[u8], shared: &Shared, writer: &mut impl Write, endpoint: &str) -> Result<()> {
     let (k, mut c) = open_frame(f)?;
     log::trace!(
         "stream {endpoint}: received frame of {} bytes, key {k:#06x}",
@@ -258,4 +258,55 @@ fn dispatch(f: &[u8], shared: &Shared, writer: &mut Transport, endpoint: &str) -
         other => log::debug!("stream {endpoint}: frame with key {other:#06x} ignored"),
     }
     Ok(())
+}
+
+/// Reads `bytes` as the reader thread reads a broker's bytes (size-prefixed frames, one after
+/// another) and dispatches every frame as it does, to a connection with subscription 0 (credit
+/// 4), publisher 0 and requests waiting under correlation ids 0 to 15; what it would write back
+/// goes nowhere. Returns the frames read (the bytes after each size) and the error that ended
+/// the reading: at the end of `bytes`, `Connection error: stream connection closed by the
+/// broker`.
+///
+/// The reader thread's own code on a byte slice, for the fuzz targets of `fuzz/`; not an API.
+#[doc(hidden)]
+pub fn decode_received(mut bytes: &[u8]) -> (Vec<Vec<u8>>, Error) {
+    let (sub_tx, _sub_rx) = crossbeam_channel::bounded(4 + 2);
+    let (pub_tx, _pub_rx) = crossbeam_channel::bounded(1024);
+    let mut pending = HashMap::new();
+    let mut waiting = Vec::new();
+    for corr in 0..16 {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        pending.insert(corr, tx);
+        waiting.push(rx);
+    }
+    let shared = Shared {
+        pending: Mutex::new(pending),
+        subscriptions: Mutex::new(HashMap::from([(0, sub_tx)])),
+        publishers: Mutex::new(HashMap::from([(0, pub_tx)])),
+        closed: Mutex::new(None),
+        last_write: Mutex::new(Instant::now()),
+    };
+    // The reader thread's 256 KiB read buffer, kept from one call to the next as the thread
+    // keeps it from one read to the next.
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let mut buf = BUF.take();
+    let (mut partial, mut frames) = (Vec::new(), Vec::new());
+    let end = loop {
+        match read_some(&mut bytes, &mut partial, &mut buf) {
+            Ok(Some(frame)) => {
+                let dispatched = dispatch(&frame, &shared, &mut std::io::sink(), "fuzz");
+                frames.push(frame);
+                if let Err(e) = dispatched {
+                    break e;
+                }
+            }
+            // A byte slice never times out; were it to, that would end the reading too.
+            Ok(None) => break Error::Connection("stream connection timed out".into()),
+            Err(e) => break e,
+        }
+    };
+    BUF.set(buf);
+    (frames, end)
 }

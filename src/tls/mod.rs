@@ -22,7 +22,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
-use crate::config::TlsConfig;
+use crate::config::{TlsConfig, Urls};
 use crate::error::{Error, Result};
 
 /// Default TLS port of the stream protocol (RabbitMQ's `stream.listeners.ssl`).
@@ -99,6 +99,16 @@ impl TlsClient {
         let (config, has_client_cert) = match (&cfg.client_cert, &cfg.client_key) {
             (Some(cert_path), Some(key_path)) => {
                 let chain = read_certs(cert_path, &format!("{field}.client_cert"))?;
+                if let Some(v) = chain
+                    .first()
+                    .and_then(|c| x509_version(c))
+                    .filter(|v| *v < 3)
+                {
+                    return Err(config_error(format!(
+                        "{field}.client_cert ({}) is an X.509 v{v} certificate (what `openssl x509 -req` makes without an extension file), which TLS clients do not accept: re-issue it as v3 with extendedKeyUsage=clientAuth, e.g. `openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -days 365 -extfile <(printf 'extendedKeyUsage=clientAuth') -out client.pem`",
+                        cert_path.display()
+                    )));
+                }
                 let (key, http_key) = read_key(key_path, &format!("{field}.client_key"))?;
                 http = http.client_cert(Some(ureq::tls::ClientCert::new_with_certs(
                     &for_ureq(&chain),
@@ -154,39 +164,87 @@ impl TlsClient {
     }
 }
 
-/// A broker's AMQP URL with its TLS settings applied, and the settings its AMQP, stream and
-/// https management connections use.
+/// A broker's connections with their TLS settings ([`resolve`]).
+#[derive(Clone)]
+pub struct Resolved {
+    /// The AMQP URLs (one per node given, in order; never empty), `tls.enabled` applied.
+    pub urls: Vec<crate::amqp::AmqpUrl>,
+    /// The settings of the AMQP and stream connections: `Some` exactly when the AMQP URL uses
+    /// TLS (the stream port then speaks TLS too, 5551 by default).
+    pub broker: Option<Arc<TlsClient>>,
+    /// The settings of the management API connection: `Some` exactly when its URL is https.
+    pub management: Option<Arc<TlsClient>>,
+}
+
+/// Which of a broker's connections use TLS, each from its own URL (the first of a list: every
+/// URL of a list has the same scheme, `crate::config::Urls`): the AMQP and stream
+/// connections when the AMQP URL does (`amqps://`, or `amqp://` with `tls.enabled`, which
+/// makes it `amqps://` on port 5671 unless the URL gives one), the management API when its
+/// URL is `https://`. The settings are loaded (files read once) when one of them does.
 ///
-/// `tls.enabled` turns an `amqp://` URL into `amqps://` (port 5671 unless the URL gives one);
-/// an `amqps://` URL uses TLS whatever `enabled` says. The settings are loaded (files read
-/// once) when the AMQP URL or `management_url` uses TLS, and are `None` otherwise.
-///
-/// Errors: `Configuration error: ...` for a bad URL or TLS file (see [`TlsClient::load`]).
+/// Errors: `Configuration error: ...` for a bad URL or TLS file (see [`TlsClient::load`]), and
+/// for certificate files in `field` that no connection would use (a plain AMQP URL, `enabled`
+/// false and an http management URL): rather than a connection in plain text that was meant
+/// to be encrypted.
 pub fn resolve(
-    amqp_url: &str,
-    management_url: Option<&str>,
+    amqp_url: &Urls,
+    management_url: Option<&Urls>,
     cfg: Option<&TlsConfig>,
     field: &str,
-) -> Result<(crate::amqp::AmqpUrl, Option<Arc<TlsClient>>)> {
+) -> Result<Resolved> {
     let enabled = cfg.is_some_and(|c| c.enabled);
-    let trimmed = amqp_url.trim();
-    let url = match trimmed.get(..7) {
-        Some(scheme) if enabled && scheme.eq_ignore_ascii_case("amqp://") => {
-            crate::amqp::AmqpUrl::parse(&format!("amqps://{}", &trimmed[7..]))?
+    let parse = |amqp_url: &str| {
+        let trimmed = amqp_url.trim();
+        match trimmed.get(..7) {
+            Some(scheme) if enabled && scheme.eq_ignore_ascii_case("amqp://") => {
+                crate::amqp::AmqpUrl::parse(&format!("amqps://{}", &trimmed[7..]))
+            }
+            _ => crate::amqp::AmqpUrl::parse(amqp_url),
         }
-        _ => crate::amqp::AmqpUrl::parse(amqp_url)?,
     };
+    let urls = amqp_url
+        .all()
+        .iter()
+        .map(|u| parse(u))
+        .collect::<Result<Vec<_>>>()?;
+    let url = urls
+        .first()
+        .cloned()
+        .ok_or_else(|| config_error(format!("{field}: no AMQP URL")))?;
     let https = management_url.is_some_and(|u| {
-        u.trim()
+        u.first()
+            .trim()
             .get(..8)
             .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
     });
-    let tls = if url.tls || https {
+    if !url.tls && !https {
+        if let Some(c) =
+            cfg.filter(|c| c.ca_cert.is_some() || c.client_cert.is_some() || c.client_key.is_some())
+        {
+            let files: Vec<&str> = [
+                c.ca_cert.as_ref().map(|_| "ca_cert"),
+                c.client_cert.as_ref().map(|_| "client_cert"),
+                c.client_key.as_ref().map(|_| "client_key"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            return Err(config_error(format!(
+                "{field} sets {} but no connection uses TLS (an amqp:// URL, {field}.enabled false, an http:// management URL): use amqps:// or set {field}.enabled: true, or remove the files",
+                files.join(", ")
+            )));
+        }
+    }
+    let loaded = if url.tls || https {
         Some(Arc::new(TlsClient::load(cfg, field)?))
     } else {
         None
     };
-    Ok((url, tls))
+    Ok(Resolved {
+        broker: loaded.clone().filter(|_| url.tls),
+        management: loaded.filter(|_| https),
+        urls,
+    })
 }
 
 /// The same certificates as ureq takes them.
@@ -204,6 +262,45 @@ fn config_error(message: String) -> Error {
 fn read_pem_file(path: &Path, field: &str) -> Result<Vec<u8>> {
     std::fs::read(path)
         .map_err(|e| config_error(format!("{field}: cannot read {}: {e}", path.display())))
+}
+
+/// The X.509 version (1, 2 or 3) of a DER certificate: `Certificate ::= SEQUENCE {
+/// tbsCertificate SEQUENCE { version [0] EXPLICIT INTEGER DEFAULT v1, ... } ... }` (RFC 5280
+/// 4.1). `None` when the bytes are not shaped so (the TLS library then says why).
+fn x509_version(der: &[u8]) -> Option<u8> {
+    /// The content of the DER value of tag `tag` at the start of `b`.
+    fn content(b: &[u8], tag: u8) -> Option<&[u8]> {
+        if *b.first()? != tag {
+            return None;
+        }
+        let first = *b.get(1)?;
+        let (len, start) = if first < 0x80 {
+            (usize::from(first), 2)
+        } else {
+            let n = usize::from(first & 0x7f);
+            if n == 0 || n > 4 {
+                return None;
+            }
+            let len = b
+                .get(2..2 + n)?
+                .iter()
+                .fold(0usize, |acc, byte| (acc << 8) | usize::from(*byte));
+            (len, 2 + n)
+        };
+        b.get(start..start.checked_add(len)?)
+    }
+    let tbs = content(content(der, 0x30)?, 0x30)?;
+    match content(tbs, 0xa0) {
+        // No version field: the default, v1.
+        None => Some(1),
+        Some(explicit) => {
+            let v = content(explicit, 0x02)?;
+            match v {
+                [n] if *n <= 2 => Some(n + 1),
+                _ => None,
+            }
+        }
+    }
 }
 
 /// Every `CERTIFICATE` block of the PEM file at `path`, in order.

@@ -40,35 +40,61 @@ use std::path::PathBuf;
 #[test]
 fn resolve_decides_which_connections_use_tls() {
     // Plain AMQP and http management: nothing is loaded.
-    let (url, tls) =
-        resolve("amqp://u:p@h/v", Some("http://h:15672"), None, "source.tls").expect("resolve");
-    assert!(!url.tls && url.port == 5672 && tls.is_none());
-    // amqps: TLS on 5671, even with enabled: false.
-    let (cfg, path) = with_ca(false);
-    let (url, tls) = resolve("amqps://u:p@h/v", None, Some(&cfg), "source.tls").expect("resolve");
-    assert!(url.tls && url.port == 5671 && tls.is_some());
-    // enabled turns amqp:// into TLS: default port 5671, a given port kept.
-    let (cfg, _) = (
-        TlsConfig {
-            enabled: true,
-            ..cfg
-        },
-        (),
+    let r = resolve(
+        &"amqp://u:p@h/v".into(),
+        Some(&"http://h:15672".into()),
+        None,
+        "source.tls",
+    )
+    .expect("resolve");
+    assert!(
+        !r.urls[0].tls && r.urls[0].port == 5672 && r.broker.is_none() && r.management.is_none()
     );
-    let (url, _) = resolve("AMQP://u:p@h/v", None, Some(&cfg), "source.tls").expect("resolve");
-    assert!(url.tls && url.port == 5671 && url.host == "h" && url.vhost == "v");
-    let (url, _) =
-        resolve(" amqp://u:p@h:5699/v", None, Some(&cfg), "source.tls").expect("resolve");
-    assert!(url.tls && url.port == 5699);
-    // https management alone loads the settings (plain AMQP).
+    // amqps: TLS on 5671, even with enabled: false; the http management stays plain.
+    let (cfg, path) = with_ca(false);
+    let r = resolve(
+        &"amqps://u:p@h/v".into(),
+        Some(&"http://h".into()),
+        Some(&cfg),
+        "source.tls",
+    )
+    .expect("resolve");
+    assert!(
+        r.urls[0].tls && r.urls[0].port == 5671 && r.broker.is_some() && r.management.is_none()
+    );
+    // enabled turns amqp:// into TLS: default port 5671, a given port kept.
+    let cfg = TlsConfig {
+        enabled: true,
+        ..cfg
+    };
+    let r = resolve(&"AMQP://u:p@h/v".into(), None, Some(&cfg), "source.tls").expect("resolve");
+    assert!(
+        r.urls[0].tls && r.urls[0].port == 5671 && r.urls[0].host == "h" && r.urls[0].vhost == "v"
+    );
+    let r = resolve(
+        &" amqp://u:p@h:5699/v".into(),
+        None,
+        Some(&cfg),
+        "source.tls",
+    )
+    .expect("resolve");
+    assert!(r.urls[0].tls && r.urls[0].port == 5699);
+    // https management alone: TLS for it, not for the AMQP and stream connections.
     let cfg = TlsConfig {
         enabled: false,
         ..cfg
     };
-    let (url, tls) =
-        resolve("amqp://h", Some("HTTPS://h:15671"), Some(&cfg), "x.tls").expect("resolve");
-    assert!(!url.tls && tls.is_some());
-    let tls = tls.expect("TLS settings for an https management URL");
+    let r = resolve(
+        &"amqp://h".into(),
+        Some(&"HTTPS://h:15671".into()),
+        Some(&cfg),
+        "x.tls",
+    )
+    .expect("resolve");
+    assert!(!r.urls[0].tls && r.broker.is_none());
+    let tls = r
+        .management
+        .expect("TLS settings for an https management URL");
     assert_eq!(tls.context().field, "x.tls");
     assert!(
         tls.context().trust.starts_with("x.tls.ca_cert ("),
@@ -76,6 +102,23 @@ fn resolve_decides_which_connections_use_tls() {
         tls.context()
     );
     assert!(!tls.context().client_cert);
+    // Certificate files that nothing would use are refused, not ignored.
+    let e = resolve(
+        &"amqp://h".into(),
+        Some(&"http://h".into()),
+        Some(&cfg),
+        "source.tls",
+    )
+    .err()
+    .expect("unused TLS files");
+    assert_eq!(e.exit_code(), 2);
+    assert_eq!(
+        e.to_string(),
+        "Configuration error: source.tls sets ca_cert but no connection uses TLS (an amqp:// URL, source.tls.enabled false, an http:// management URL): use amqps:// or set source.tls.enabled: true, or remove the files"
+    );
+    // enabled: false without files is no TLS, and no error.
+    let off = TlsConfig::default();
+    assert!(resolve(&"amqp://h".into(), None, Some(&off), "source.tls").is_ok());
     let _ = std::fs::remove_file(path);
 }
 
@@ -86,7 +129,9 @@ fn resolve_reports_bad_settings_as_configuration_errors() {
         ca_cert: Some("/nonexistent/ca.pem".into()),
         ..Default::default()
     };
-    let e = resolve("amqp://h", None, Some(&cfg), "target.tls").expect_err("bad TLS settings");
+    let e = resolve(&"amqp://h".into(), None, Some(&cfg), "target.tls")
+        .err()
+        .expect("bad TLS settings");
     assert_eq!(e.exit_code(), 2);
     assert!(
         e.to_string().starts_with(
@@ -210,4 +255,23 @@ fn each_failure_has_its_words() {
     assert!(ctx(false)
         .closed_early()
         .contains("set source.tls.client_cert and source.tls.client_key"));
+}
+
+#[test]
+fn the_x509_version_is_read_from_the_certificate() {
+    // SEQUENCE { SEQUENCE { [0] { INTEGER 2 }, INTEGER 5 } }: v3.
+    let v3 = [
+        0x30, 0x09, 0x30, 0x07, 0xa0, 0x03, 0x02, 0x01, 0x02, 0x02, 0x01,
+    ];
+    assert_eq!(super::x509_version(&[&v3[..], &[5]].concat()), Some(3));
+    // No version field: v1. Long-form lengths are read too.
+    let v1 = [0x30, 0x81, 0x05, 0x30, 0x03, 0x02, 0x01, 0x05];
+    assert_eq!(super::x509_version(&v1), Some(1));
+    // Not a certificate.
+    assert_eq!(super::x509_version(&[0x02, 0x01, 0x00]), None);
+    assert_eq!(super::x509_version(&[]), None);
+    assert_eq!(
+        super::x509_version(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]),
+        None
+    );
 }

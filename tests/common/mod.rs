@@ -11,6 +11,11 @@ use rmq_backup::amqp::{
     AmqpUrl, BasicProperties, Channel, ConnectOptions, Connection, Delivery, FieldTable, FieldValue,
 };
 use rmq_backup::management::ManagementClient;
+
+pub mod buckets;
+pub mod cluster;
+pub mod http_proxy;
+pub mod proxy;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -22,6 +27,57 @@ pub fn amqp_base() -> String {
 
 pub fn management_url() -> String {
     std::env::var("RMQ_TEST_MANAGEMENT_URL").unwrap_or_else(|_| "http://127.0.0.1:15672".into())
+}
+
+/// `Authorization` header of the test broker's management API (guest:guest).
+pub const MANAGEMENT_AUTH: &str = "Basic Z3Vlc3Q6Z3Vlc3Q=";
+
+/// Names of the broker's connections whose client-provided name starts with `prefix`
+/// (the management API lists a connection within its statistics interval, ~5 s).
+pub fn connection_names(prefix: &str) -> Vec<String> {
+    let mut r = ureq::get(&format!("{}/api/connections", management_url()))
+        .header("authorization", MANAGEMENT_AUTH)
+        .call()
+        .expect("connections");
+    let list: serde_json::Value =
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    list.as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["client_properties"]["connection_name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .filter_map(|c| c["name"].as_str().map(String::from))
+        .collect()
+}
+
+/// Waits (at most 60 s) for a connection named `prefix...` and closes it as an operator
+/// would (`DELETE /api/connections/{name}`: CONNECTION_FORCED); returns its name.
+pub fn close_connection(prefix: &str, reason: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let name = loop {
+        if let Some(n) = connection_names(prefix).into_iter().next() {
+            break n;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no connection named {prefix}..."
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let url = format!(
+        "{}/api/connections/{}",
+        management_url(),
+        rmq_backup::management::encode_segment(&name)
+    );
+    ureq::delete(&url)
+        .header("authorization", MANAGEMENT_AUTH)
+        .header("x-reason", reason)
+        .call()
+        .expect("close the connection");
+    name
 }
 
 pub fn management() -> ManagementClient {
@@ -311,8 +367,18 @@ pub fn publish_via(ch: &Channel, exchange: &str, routing_key: &str, msgs: &[Msg]
     );
 }
 
-/// Publishes `n` messages of `size` random bytes, fast (for deep queues).
+/// Publishes `n` messages of `size` random bytes, fast (for deep queues), numbered in their
+/// `seq` header and their first 8 body bytes.
 pub fn publish_bulk(ch: &Channel, queue: &str, n: usize, size: usize) {
+    publish_numbered(ch, queue, n, size, None);
+}
+
+/// [`publish_bulk`] with `delivery_mode` 2: messages a classic queue keeps over a restart.
+pub fn publish_bulk_persistent(ch: &Channel, queue: &str, n: usize, size: usize) {
+    publish_numbered(ch, queue, n, size, Some(2));
+}
+
+fn publish_numbered(ch: &Channel, queue: &str, n: usize, size: usize, delivery_mode: Option<u8>) {
     ch.confirm_select().expect("confirm.select");
     let mut rng = Rng::new(n as u64);
     for i in 0..n {
@@ -320,6 +386,7 @@ pub fn publish_bulk(ch: &Channel, queue: &str, n: usize, size: usize) {
         body[..8.min(size)].copy_from_slice(&(i as u64).to_be_bytes()[..8.min(size)]);
         let props = BasicProperties {
             headers: Some(vec![("seq".into(), FieldValue::I64(i as i64))]),
+            delivery_mode,
             ..Default::default()
         };
         ch.basic_publish("", queue, true, &props, &body)
@@ -642,9 +709,17 @@ impl Drop for TempDir {
     }
 }
 
+/// The `rmq-backup` binary the tests run: this build's, or the one `RMQ_BACKUP_TEST_BIN`
+/// names (to run the CLI tests against another build: the static binary, or an older commit's
+/// to show a regression test failing there).
+pub fn binary() -> String {
+    std::env::var("RMQ_BACKUP_TEST_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rmq-backup").to_string())
+}
+
 /// Runs the real `rmq-backup` binary.
 pub fn run_cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+    Command::new(binary())
         .args(args)
         .env_remove("RUST_LOG")
         .output()
@@ -653,12 +728,48 @@ pub fn run_cli(args: &[&str]) -> Output {
 
 /// Runs the real `rmq-backup` binary with extra environment variables.
 pub fn run_cli_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+    Command::new(binary())
         .args(args)
         .env_remove("RUST_LOG")
         .envs(env.iter().copied())
         .output()
         .expect("run rmq-backup")
+}
+
+/// Runs the real `rmq-backup` binary and returns its output and its peak resident set size
+/// in KiB (`VmHWM` of `/proc/<pid>/status`, read every 5 ms until it exits).
+pub fn run_cli_peak_rss(args: &[&str]) -> (Output, u64) {
+    let child = Command::new(binary())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rmq-backup");
+    let status = format!("/proc/{}/status", child.id());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(s) = std::fs::read_to_string(&status) {
+                    if let Some(kb) = s
+                        .lines()
+                        .find_map(|l| l.strip_prefix("VmHWM:"))
+                        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+                    {
+                        peak = peak.max(kb);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            peak
+        })
+    };
+    let out = child.wait_with_output().expect("wait for rmq-backup");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    (out, watch.join().expect("watcher"))
 }
 
 pub fn text(o: &Output) -> (String, String) {
@@ -727,7 +838,7 @@ pub fn spawn_cli(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rmq-backup"))
+    let mut child = Command::new(binary())
         .args(args)
         .envs(env.iter().copied())
         .stdout(std::process::Stdio::null())
@@ -744,6 +855,16 @@ pub fn spawn_cli(
         }
     });
     (child, rx)
+}
+
+/// The stderr lines of an exited [`spawn_cli`] child not received yet: all of them, up to its
+/// end (the reader thread may still be sending when the child has exited).
+pub fn rest_of(rx: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(10)) {
+        out.push(line);
+    }
+    out
 }
 
 /// Waits (at most 120 s) for a stderr line containing `needle`; panics with what came.

@@ -9,9 +9,26 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Channel {
+    /// The reason the broker gave for blocking this channel's connection (`connection.blocked`:
+    /// a resource alarm), until it unblocks it.
+    pub fn connection_blocked(&self) -> Option<String> {
+        lock(&self.conn.blocked).clone()
+    }
+
+    /// How long a publish waits while the connection is blocked
+    /// ([`super::ConnectOptions::blocked_timeout`]).
+    pub fn blocked_timeout(&self) -> Duration {
+        self.conn.blocked_timeout
+    }
+
     /// The channel number.
     pub fn id(&self) -> u16 {
         self.chan.id
+    }
+
+    /// True until the channel or its connection was closed or failed.
+    pub fn is_open(&self) -> bool {
+        self.check_open().is_ok()
     }
 
     pub(super) fn check_open(&self) -> Result<()> {

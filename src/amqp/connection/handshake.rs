@@ -367,6 +367,7 @@ impl Connection {
         let shared = Arc::new(ConnShared {
             addr: addr.clone(),
             rpc_timeout: opts.rpc_timeout,
+            blocked_timeout: opts.blocked_timeout,
             frame_max,
             channel_max,
             heartbeat,
@@ -381,6 +382,7 @@ impl Connection {
             error: Mutex::new(None),
             closing: AtomicBool::new(false),
             channels: Mutex::new(HashMap::new()),
+            highest_channel: std::sync::atomic::AtomicU16::new(0),
             blocked: Mutex::new(None),
             blocked_cond: Condvar::new(),
         });

@@ -29,6 +29,8 @@ mod channel;
 mod consume;
 mod deliveries;
 mod handshake;
+#[cfg(test)]
+mod hostile_tests;
 mod publish;
 mod reader;
 mod shared;
@@ -91,6 +93,9 @@ pub struct ConnectOptions {
     /// Bound of every RPC (and of the handshake after the TCP connect, and of socket writes);
     /// default 30 s.
     pub rpc_timeout: Duration,
+    /// How long a publish waits while the broker blocks the connection (`connection.blocked`:
+    /// a memory or disk alarm) before it fails; default 30 s.
+    pub blocked_timeout: Duration,
     /// `connection_name` client property shown by the management UI (default `rmq-backup`).
     pub connection_name: String,
     /// Largest frame proposed to the broker, bytes (default 131072; 0 = no limit).
@@ -115,6 +120,7 @@ impl ConnectOptions {
             heartbeat_secs,
             connect_timeout,
             rpc_timeout: Duration::from_secs(30),
+            blocked_timeout: Duration::from_secs(30),
             connection_name: "rmq-backup".to_string(),
             frame_max: 131_072,
             consumer_buffer: 256,
@@ -137,6 +143,8 @@ struct ConnShared {
     /// `host:port`, for messages.
     addr: String,
     rpc_timeout: Duration,
+    /// [`ConnectOptions::blocked_timeout`].
+    blocked_timeout: Duration,
     /// Negotiated frame_max (0 = no limit).
     frame_max: u32,
     channel_max: u16,
@@ -156,6 +164,9 @@ struct ConnShared {
     error: Mutex<Option<Error>>,
     closing: AtomicBool,
     channels: Mutex<HashMap<u16, Arc<ChanShared>>>,
+    /// The highest channel number this connection ever opened: a frame on a higher one is a
+    /// protocol error of the broker (on a lower one that is closed, a late frame to discard).
+    highest_channel: std::sync::atomic::AtomicU16,
     blocked: Mutex<Option<String>>,
     blocked_cond: Condvar,
 }
@@ -280,6 +291,7 @@ impl Connection {
                 cond: Condvar::new(),
             });
             chans.insert(id, chan.clone());
+            self.shared.highest_channel.fetch_max(id, Ordering::Relaxed);
             chan
         };
         let ch = Channel {

@@ -288,7 +288,21 @@ impl ReaderState {
             body: Vec::new(),
         };
         let Some(chan) = chan else {
-            // A channel we closed or never opened: consume its content, answer a close.
+            if channel
+                > self
+                    .shared
+                    .highest_channel
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return Err(protocol_error(
+                    &self.shared,
+                    format_args!(
+                        "the broker sent {} on channel {channel}, which was never opened",
+                        m.name()
+                    ),
+                ));
+            }
+            // A channel we closed: late content is consumed and dropped, a close answered.
             match m {
                 Method::BasicDeliver { .. }
                 | Method::BasicGetOk { .. }

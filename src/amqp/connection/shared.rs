@@ -137,7 +137,7 @@ impl ConnShared {
         if b.is_none() {
             return Ok(());
         }
-        let deadline = Instant::now() + self.rpc_timeout;
+        let deadline = Instant::now() + self.blocked_timeout;
         while let Some(reason) = b.as_ref() {
             self.check()?;
             let now = Instant::now();
@@ -145,7 +145,7 @@ impl ConnShared {
                 return Err(Error::Connection(format!(
                     "connection to {} is blocked by the broker ({reason}); gave up after {}",
                     self.addr,
-                    secs(self.rpc_timeout)
+                    secs(self.blocked_timeout)
                 )));
             }
             b = self

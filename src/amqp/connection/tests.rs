@@ -120,20 +120,20 @@ fn silent_server_times_out() {
 
 /// How far a fake broker goes with the handshake.
 #[derive(Clone, Copy, PartialEq)]
-enum Stage {
+pub(super) enum Stage {
     /// Close the socket right after connection.start-ok.
     EofAfterStartOk,
     /// Complete the handshake.
     Open,
 }
 
-struct FakePeer {
-    frames: FrameReader,
-    w: Transport,
+pub(super) struct FakePeer {
+    pub(super) frames: FrameReader,
+    pub(super) w: Transport,
 }
 
 impl FakePeer {
-    fn next(&mut self) -> Option<(u8, u16, Option<Method>)> {
+    pub(super) fn next(&mut self) -> Option<(u8, u16, Option<Method>)> {
         loop {
             match self.frames.next_frame() {
                 Ok(Some(f)) => {
@@ -145,14 +145,14 @@ impl FakePeer {
             }
         }
     }
-    fn method(&mut self) -> Method {
+    pub(super) fn method(&mut self) -> Method {
         loop {
             if let (_, _, Some(m)) = self.next().expect("frame") {
                 return m;
             }
         }
     }
-    fn send(&mut self, ch: u16, m: Method) {
+    pub(super) fn send(&mut self, ch: u16, m: Method) {
         let mut b = Vec::new();
         put_method_frame(&mut b, ch, &m, 0).unwrap();
         self.w.write_all(&b).unwrap();
@@ -160,9 +160,19 @@ impl FakePeer {
 }
 
 /// A broker stand-in on a local port; `after` runs once the handshake is done.
-fn fake_broker<T: Send + 'static>(
+pub(super) fn fake_broker<T: Send + 'static>(
     stage: Stage,
     heartbeat: u16,
+    after: impl FnOnce(FakePeer) -> T + Send + 'static,
+) -> (u16, std::thread::JoinHandle<Option<T>>) {
+    fake_broker_tuned(stage, heartbeat, 131072, after)
+}
+
+/// [`fake_broker`] proposing `frame_max` in its connection.tune.
+pub(super) fn fake_broker_tuned<T: Send + 'static>(
+    stage: Stage,
+    heartbeat: u16,
+    frame_max: u32,
     after: impl FnOnce(FakePeer) -> T + Send + 'static,
 ) -> (u16, std::thread::JoinHandle<Option<T>>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -210,7 +220,7 @@ fn fake_broker<T: Send + 'static>(
             0,
             Method::ConnectionTune {
                 channel_max: 0,
-                frame_max: 131072,
+                frame_max,
                 heartbeat,
             },
         );
@@ -222,15 +232,16 @@ fn fake_broker<T: Send + 'static>(
     (port, t)
 }
 
-fn fake_opts(port: u16, heartbeat: u16) -> ConnectOptions {
+pub(super) fn fake_opts(port: u16, heartbeat: u16) -> ConnectOptions {
     let mut o =
         ConnectOptions::new(AmqpUrl::parse(&format!("amqp://user:pw@127.0.0.1:{port}/v")).unwrap());
     o.heartbeat_secs = heartbeat;
     o.rpc_timeout = Duration::from_millis(500);
+    o.blocked_timeout = Duration::from_millis(500);
     o
 }
 
-fn wait_closed(conn: &Connection, within: Duration) {
+pub(super) fn wait_closed(conn: &Connection, within: Duration) {
     let deadline = Instant::now() + within;
     while conn.is_open() {
         assert!(Instant::now() < deadline, "connection still open");

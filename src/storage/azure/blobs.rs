@@ -22,11 +22,27 @@ impl AzureBlobStorage {
     pub(super) fn put_blocks(
         &self,
         key: &str,
-        mut pending: Vec<u8>,
+        pending: Vec<u8>,
         src: &mut dyn Read,
         block_size: usize,
         on_read_error: &dyn Fn(io::Error) -> Error,
     ) -> Result<()> {
+        let ids = self.upload_blocks(key, pending, src, block_size, on_read_error)?;
+        let xml = block_list_xml(&ids);
+        let call = block_list_call(key, &xml);
+        self.request("put", key, &call, |resp| expect_success("put", key, resp))
+    }
+
+    /// Uploads `pending` followed by the rest of `src` as uncommitted blocks of `block_size`
+    /// (Put Block); returns their ids in order. Nothing is visible until they are committed.
+    pub(super) fn upload_blocks(
+        &self,
+        key: &str,
+        mut pending: Vec<u8>,
+        src: &mut dyn Read,
+        block_size: usize,
+        on_read_error: &dyn Fn(io::Error) -> Error,
+    ) -> Result<Vec<String>> {
         let mut ids: Vec<String> = Vec::new();
         // Block ids carry a tag of this upload, so two writers of one blob (a rerun while an old
         // upload still runs) never commit each other's uncommitted blocks. All ids of a blob
@@ -51,19 +67,7 @@ impl AzureBlobStorage {
             ids.push(id);
             pending.drain(..n);
         }
-        let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
-        for id in &ids {
-            xml.push_str("<Latest>");
-            xml.push_str(id);
-            xml.push_str("</Latest>");
-        }
-        xml.push_str("</BlockList>");
-        let mut call = Call::new("PUT", Some(key));
-        call.query.push(("comp", "blocklist".into()));
-        call.headers
-            .push(("content-type", "application/xml; charset=utf-8".into()));
-        call.body = xml.as_bytes();
-        self.request("put", key, &call, |resp| expect_success("put", key, resp))
+        Ok(ids)
     }
 
     /// Block size for an object of `len` bytes: the configured one, raised to stay within the
@@ -145,6 +149,28 @@ impl AzureBlobStorage {
             Ok(String::from_utf8_lossy(&body).matches("<Block>").count())
         })
     }
+}
+
+/// The body of Put Block List committing the blocks `ids` in order.
+pub(super) fn block_list_xml(ids: &[String]) -> String {
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
+    for id in ids {
+        xml.push_str("<Latest>");
+        xml.push_str(id);
+        xml.push_str("</Latest>");
+    }
+    xml.push_str("</BlockList>");
+    xml
+}
+
+/// Put Block List of `key` with the body `xml` (the atomic commit of a block upload).
+pub(super) fn block_list_call<'a>(key: &'a str, xml: &'a str) -> Call<'a> {
+    let mut call = Call::new("PUT", Some(key));
+    call.query.push(("comp", "blocklist".into()));
+    call.headers
+        .push(("content-type", "application/xml; charset=utf-8".into()));
+    call.body = xml.as_bytes();
+    call
 }
 
 /// Reads from `src` into `buf` until it holds `want` bytes or the source ends; true at the end.

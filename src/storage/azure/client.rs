@@ -223,6 +223,7 @@ impl AzureBlobStorage {
             attempts: self.retry.attempts.min(3),
             base_delay: self.retry.base_delay.min(Duration::from_millis(100)),
             max_delay: self.retry.max_delay.min(Duration::from_millis(500)),
+            backend: self.retry.backend,
         };
         let status = retry::run(policy, "Azure endpoint probe", || match self.send(&call) {
             Ok(resp) => Ok(resp.status().as_u16()),

@@ -12,6 +12,8 @@
 //! | `head` | Get Blob Properties |
 //! | `list` | List Blobs with `prefix`, following `NextMarker` |
 //! | `delete` | Delete Blob (404 counts as success) |
+//! | `put_*_new`, `put_bytes_if` | the `put_*` calls with `If-None-Match: *` / `If-Match: <etag>` (`conditional`) |
+//! | `get_with_version` | Get Blob, with its ETag |
 //!
 //! Endpoint: `storage.endpoint` when set (sovereign clouds such as
 //! `https://<account>.blob.core.usgovcloudapi.net`, or the emulator's path-style
@@ -49,23 +51,26 @@
 //!
 //! Files: `options` (credential and options), `auth` (Shared Key signing, bearer tokens),
 //! `client` (client, signed requests, retries, errors), `blobs` (Put Blob, block uploads,
-//! reads, containers), `xml` (List Blobs pages, error codes); the `Storage` impl is here.
+//! reads, containers), `conditional` (create-only and compare-and-replace writes), `xml`
+//! (List Blobs pages, error codes); the `Storage` impl is here.
 
 mod auth;
 mod blobs;
 mod client;
+mod conditional;
 mod options;
 #[cfg(test)]
 mod tests;
 mod xml;
 
 use super::retry::{self, Attempt, Policy};
-use super::{io_reason, validate_key, validate_prefix, Storage};
+use super::{io_reason, validate_key, validate_prefix, Conditional, ObjectVersion, Storage};
 use crate::config::AzureStorage as AzureConfig;
 use crate::error::{Error, Result};
 use auth::*;
 use blobs::*;
 use client::*;
+use conditional::Precondition;
 pub use options::*;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC};
 use std::fs::File;
@@ -209,6 +214,26 @@ struct Call<'a> {
 type Response = ureq::http::Response<ureq::Body>;
 
 impl Storage for AzureBlobStorage {
+    fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
+        validate_key(key)?;
+        self.put_data_conditional(key, data, Precondition::Absent)
+    }
+
+    fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional> {
+        validate_key(key)?;
+        self.put_file_new_impl(key, path)
+    }
+
+    fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
+        validate_key(key)?;
+        self.get_versioned(key)
+    }
+
+    fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional> {
+        validate_key(key)?;
+        self.put_data_conditional(key, data, Precondition::Version(version))
+    }
+
     fn put_file(&self, key: &str, path: &Path) -> Result<()> {
         validate_key(key)?;
         let read_error = |e: io::Error| {

@@ -152,7 +152,7 @@ impl AzureOptions {
             imds_endpoint: DEFAULT_IMDS_ENDPOINT.to_string(),
             put_threshold: DEFAULT_PUT_THRESHOLD,
             block_size: DEFAULT_BLOCK_SIZE,
-            retry: Policy::default(),
+            retry: Policy::for_backend("azure"),
         })
     }
 }

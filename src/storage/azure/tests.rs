@@ -21,6 +21,7 @@ fn fast_retry() -> Policy {
         attempts: 3,
         base_delay: Duration::from_millis(10),
         max_delay: Duration::from_millis(50),
+        backend: "azure",
     }
 }
 
@@ -195,6 +196,128 @@ fn block_uploads_with_a_small_threshold() {
     s.put_file("seg/one", &src).expect("small");
     assert_eq!(s.get_bytes("seg/one").expect("get"), b"tiny");
     assert_eq!(s.list("seg/").expect("list"), ["seg/one", "seg/two"]);
+}
+
+/// Conditional writes above the put threshold: blocks committed with `If-None-Match: *` or
+/// `If-Match`; the commit's own precondition refuses a blob that appeared meanwhile.
+#[test]
+fn conditional_block_uploads() {
+    let c = Container::new("condblocks");
+    let mut o = options(&c.name, key_cred());
+    o.put_threshold = 100_000;
+    o.block_size = 64 * 1024;
+    let s = AzureBlobStorage::new(o).expect("open");
+    let tmp = TempDir::new("azure-cond-blocks");
+    let data: Vec<u8> = (0..300_001u32).map(|i| (i * 7 % 256) as u8).collect();
+    let src = tmp.0.join("src.bin");
+    std::fs::write(&src, &data).expect("write");
+    let v = s
+        .put_file_new("seg/one", &src)
+        .expect("put file new")
+        .written()
+        .expect("created");
+    assert_eq!(s.committed_blocks("seg/one").expect("blocks"), 5);
+    assert_eq!(
+        s.get_with_version("seg/one").expect("get"),
+        Some((data.clone(), v))
+    );
+    assert_eq!(
+        s.put_file_new("seg/one", &src).expect("again"),
+        Conditional::Refused
+    );
+    assert!(src.exists());
+    // The commit's own precondition: the blob appears while the blocks go up.
+    let mut from = &data[..];
+    let ids = s
+        .upload_blocks("seg/raced", Vec::new(), &mut from, 64 * 1024, &|e| {
+            Error::Io(e.to_string())
+        })
+        .expect("blocks");
+    s.put_bytes("seg/raced", b"first").expect("put");
+    assert_eq!(
+        s.commit_conditional(
+            "seg/raced",
+            &ids,
+            Precondition::Absent,
+            conditional::Ours::File(&src)
+        )
+        .expect("commit"),
+        Conditional::Refused
+    );
+    assert_eq!(s.get_bytes("seg/raced").expect("get"), b"first");
+    // Replacing a version with more than the threshold.
+    let (_, v1) = s
+        .get_with_version("seg/raced")
+        .expect("get")
+        .expect("there");
+    let v2 = s
+        .put_bytes_if("seg/raced", &data, &v1)
+        .expect("replace")
+        .written()
+        .expect("replaced");
+    assert!(s.get_bytes("seg/raced").expect("get") == data);
+    assert_eq!(
+        s.put_bytes_if("seg/raced", &data[..5], &v1).expect("stale"),
+        Conditional::Refused
+    );
+    s.delete("seg/raced").expect("delete");
+    assert_eq!(
+        s.put_bytes_if("seg/raced", b"x", &v2).expect("gone"),
+        Conditional::Refused
+    );
+}
+
+/// A write that reached Azurite but whose answer was lost: the retry meets the blob and
+/// compares it with its own data.
+#[test]
+fn a_retry_that_meets_its_own_write_counts_as_written() {
+    let c = Container::new("condretry");
+    // Lost: the answers of the first and third Put Blob and of the first Put Block List.
+    let (puts, commits) = (AtomicU32::new(0), AtomicU32::new(0));
+    let proxy = crate::storage::s3::lossy_proxy::start("127.0.0.1:10000", move |line| {
+        if line.starts_with("PUT ") && line.contains("comp=blocklist") {
+            commits.fetch_add(1, Ordering::SeqCst) == 0
+        } else {
+            line.starts_with("PUT ")
+                && !line.contains("comp=")
+                && [0, 2].contains(&puts.fetch_add(1, Ordering::SeqCst))
+        }
+    });
+    let mut o = options(&c.name, key_cred());
+    o.endpoint = Some(format!("{}/{ACCOUNT}", proxy.url));
+    o.put_threshold = 100_000;
+    o.block_size = 64 * 1024;
+    let s = AzureBlobStorage::new(o).expect("open");
+    let v1 = s
+        .put_bytes_new("lock", b"mine")
+        .expect("create")
+        .written()
+        .expect("written despite the lost answer");
+    let v2 = s
+        .put_bytes_if("lock", b"mine, updated", &v1)
+        .expect("replace")
+        .written()
+        .expect("replaced despite the lost answer");
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        s.get_with_version("lock").expect("get"),
+        Some((b"mine, updated".to_vec(), v2))
+    );
+    assert_eq!(
+        s.put_bytes_new("lock", b"theirs").expect("create"),
+        Conditional::Refused
+    );
+    let tmp = TempDir::new("azure-cond-retry");
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 11 % 256) as u8).collect();
+    let src = tmp.0.join("src.bin");
+    std::fs::write(&src, &data).expect("write");
+    let v = s
+        .put_file_new("seg/big", &src)
+        .expect("put file new")
+        .written()
+        .expect("written despite the lost answer");
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 3);
+    assert_eq!(s.get_with_version("seg/big").expect("get"), Some((data, v)));
 }
 
 #[test]

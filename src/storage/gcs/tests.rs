@@ -21,6 +21,7 @@ fn fast() -> Policy {
         attempts: 3,
         base_delay: Duration::from_millis(1),
         max_delay: Duration::from_millis(5),
+        backend: "gcs",
     }
 }
 
@@ -873,6 +874,164 @@ fn resumable_upload_resumes_from_the_offset_gcs_reports() {
         "Storage error: Failed to put big: 410 Gone"
     );
     assert_no_secret(&[err.to_string()], &["SESSION-SECRET", "session/s1"]);
+}
+
+/// Conditional writes above the threshold go through resumable uploads. fake-gcs-server 1.54
+/// ignores `ifGenerationMatch` there, so on it only the written paths and the existence check
+/// before a create-only upload of a file can be seen; the refusals are below, from a fake GCS.
+#[test]
+fn conditional_resumable_uploads_on_fake_gcs_server() {
+    let b = TestBucket::new("condres");
+    let s = emulator_backend(&b.0, 300_000, 256 * 1024);
+    let tmp = TempDir::new("gcs-cond-res");
+    let data = pattern(700_000, 4);
+    let src = tmp.0.join("src");
+    std::fs::write(&src, &data).expect("write");
+    let v1 = s
+        .put_file_new("seg/big", &src)
+        .expect("put file new")
+        .written()
+        .expect("created");
+    assert_eq!(
+        s.get_with_version("seg/big").expect("get"),
+        Some((data.clone(), v1.clone()))
+    );
+    assert_eq!(
+        s.put_file_new("seg/big", &src).expect("again"),
+        Conditional::Refused
+    );
+    assert!(src.exists());
+    let bigger = pattern(900_000, 5);
+    let v2 = s
+        .put_bytes_if("seg/big", &bigger, &v1)
+        .expect("replace")
+        .written()
+        .expect("replaced");
+    assert_ne!(v1, v2);
+    assert_eq!(
+        s.get_with_version("seg/big").expect("get"),
+        Some((bigger, v2))
+    );
+    assert_eq!(
+        s.put_bytes_if("seg/big", b"x", &ObjectVersion("0".into()))
+            .expect("generation 0"),
+        Conditional::Refused
+    );
+    assert_eq!(
+        s.put_bytes_if("seg/big", b"x", &ObjectVersion("etag".into()))
+            .expect_err("not a generation"),
+        Error::Storage("Failed to put seg/big: invalid object version".into())
+    );
+}
+
+/// What real GCS does with a resumable upload's `ifGenerationMatch` (fake-gcs-server 1.54
+/// ignores it): the precondition is sent when the session starts, and a 412 then, or for the
+/// last chunk, is a refusal.
+#[test]
+fn resumable_preconditions_are_sent_and_refusals_understood() {
+    let refuse_at_start = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let r = refuse_at_start.clone();
+    let base: Arc<OnceLock<String>> = Arc::new(OnceLock::new());
+    let b = base.clone();
+    let (url, log) = serve(move |seen| match (seen.method.as_str(), seen.path()) {
+        ("GET", "/storage/v1/b/bkt/o") => reply(200, "{}"),
+        ("GET", "/storage/v1/b/bkt/o/big") => reply(404, "{}"),
+        ("POST", "/upload/storage/v1/b/bkt/o") if r.load(Ordering::SeqCst) => reply(
+            412,
+            r#"{"error":{"code":412,"errors":[{"reason":"conditionNotMet"}]}}"#,
+        ),
+        ("POST", "/upload/storage/v1/b/bkt/o") => {
+            let mut rep = reply(200, "");
+            let loc = format!("{}/session/s1?upload_id=x", b.get().expect("base"));
+            rep.headers.push(("location".into(), loc));
+            rep
+        }
+        ("PUT", "/session/s1") => {
+            let range = seen.header("content-range").unwrap_or("");
+            if range.ends_with("/*") {
+                let end = seen.body.len() - 1;
+                let mut rep = reply(308, "");
+                rep.headers.push(("range".into(), format!("bytes=0-{end}")));
+                rep
+            } else {
+                reply(
+                    412,
+                    r#"{"error":{"code":412,"errors":[{"reason":"conditionNotMet"}]}}"#,
+                )
+            }
+        }
+        _ => reply(404, "{}"),
+    });
+    base.set(url.clone()).expect("once");
+    let mut o = listener_options("bkt", &url, Credentials::Anonymous);
+    o.upload_threshold = 256 * 1024;
+    o.chunk_size = 256 * 1024;
+    let s = GcsBackend::new(o).expect("open");
+    let tmp = TempDir::new("gcs-cond-fake");
+    let src = tmp.0.join("src");
+    std::fs::write(&src, pattern(400_000, 1)).expect("write");
+    assert_eq!(
+        s.put_file_new("big", &src).expect("refused at start"),
+        Conditional::Refused
+    );
+    refuse_at_start.store(false, Ordering::SeqCst);
+    assert_eq!(
+        s.put_file_new("big", &src).expect("refused at the end"),
+        Conditional::Refused
+    );
+    assert_eq!(
+        s.put_bytes_if("big", &pattern(400_000, 2), &ObjectVersion("17".into()))
+            .expect("replace refused"),
+        Conditional::Refused
+    );
+    let starts: Vec<String> = log
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| r.target.clone())
+        .collect();
+    assert_eq!(starts.len(), 3, "{starts:?}");
+    assert!(starts[..2]
+        .iter()
+        .all(|t| t.contains("uploadType=resumable") && t.ends_with("&ifGenerationMatch=0")));
+    assert!(starts[2].ends_with("&ifGenerationMatch=17"), "{starts:?}");
+}
+
+/// A multipart upload that reached fake-gcs-server but whose answer was lost: the retry's 412
+/// meets our own object, which counts as written.
+#[test]
+fn a_retry_that_meets_its_own_write_counts_as_written() {
+    let b = TestBucket::new("condretry");
+    // Lost: the answers of the first and the third multipart upload.
+    let uploads = AtomicU32::new(0);
+    let proxy = crate::storage::s3::lossy_proxy::start("127.0.0.1:4443", move |line| {
+        line.starts_with("POST ")
+            && line.contains("uploadType=multipart")
+            && [0, 2].contains(&uploads.fetch_add(1, Ordering::SeqCst))
+    });
+    let mut o = emulator_options(&b.0);
+    o.endpoint = Some(proxy.url.clone());
+    let s = GcsBackend::new(o).expect("open");
+    let v1 = s
+        .put_bytes_new("lock", b"mine")
+        .expect("create")
+        .written()
+        .expect("written despite the lost answer");
+    let v2 = s
+        .put_bytes_if("lock", b"mine, updated", &v1)
+        .expect("replace")
+        .written()
+        .expect("replaced despite the lost answer");
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        s.get_with_version("lock").expect("get"),
+        Some((b"mine, updated".to_vec(), v2))
+    );
+    assert_eq!(
+        s.put_bytes_new("lock", b"theirs").expect("create"),
+        Conditional::Refused
+    );
 }
 
 #[test]

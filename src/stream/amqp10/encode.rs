@@ -106,15 +106,25 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
             }
             compound(out, 0xd1, pairs.len() * 2, &body);
         }
-        // Arrays are written as lists of their elements' own constructors would not be
-        // arrays; an array keeps one constructor: the first element's (empty: null).
-        Value::Array(items) => {
+        // An array keeps one constructor: the first element's (empty: null), after the
+        // descriptor when it has one. Booleans take `boolean` (0x56, one byte each): `true`
+        // and `false` are two constructors without a value, and an array has only one.
+        Value::Array(descriptor, items) => {
+            let element = |v: &Value, one: &mut Vec<u8>| match v {
+                Value::Bool(b) => one.extend_from_slice(&[0x56, u8::from(*b)]),
+                v => encode_value(v, one),
+            };
             let mut first = Vec::new();
-            encode_value(items.first().unwrap_or(&Value::Null), &mut first);
-            let mut body = vec![first[0]];
+            element(items.first().unwrap_or(&Value::Null), &mut first);
+            let mut body = Vec::new();
+            if let Some(d) = descriptor {
+                body.push(0x00);
+                encode_value(d, &mut body);
+            }
+            body.push(first[0]);
             for i in items {
                 let mut one = Vec::new();
-                encode_value(i, &mut one);
+                element(i, &mut one);
                 body.extend_from_slice(&one[1..]);
             }
             compound(out, 0xf0, items.len(), &body);

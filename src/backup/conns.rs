@@ -1,0 +1,104 @@
+//! The AMQP connection of one queue thread: opened on first use and reused for every queue the
+//! thread reads after it in the same vhost, a channel (or a few) per queue. A connection per
+//! queue cost more than the read of a small queue (issue "Clusters and scale-out": 2,000 queues
+//! of 10 messages took longer than a raw client reading them all on one connection).
+//!
+//! A queue's read gives its messages back by closing its own channels (`crate::reader`), so a
+//! connection carries nothing from one queue to the next. After any failure the connection is
+//! closed (which gives back whatever it still held) and the next queue opens a new one.
+//!
+//! Its name, shown in the management UI: `rmq-backup <backup_id> <vhost> (thread <n>)`; every
+//! name rmq-backup gives starts with `rmq-backup ` (`super::unacked`).
+
+use super::QueueContext;
+use crate::amqp::{Channel, Connection};
+use crate::error::Result;
+
+/// Deliveries buffered between a connection and the queue thread reading it.
+const CONSUMER_BUFFER: usize = 512;
+
+/// One queue thread's connection (see the module documentation).
+pub(super) struct ThreadConnection {
+    thread: usize,
+    open: Option<Open>,
+}
+
+struct Open {
+    vhost: String,
+    /// The node it was opened for (`None`: through `amqp_url`).
+    node: Option<String>,
+    conn: Connection,
+    /// For passive declares, queue after queue; opened again when an error closed it.
+    control: Channel,
+}
+
+impl ThreadConnection {
+    /// No connection yet, for queue thread number `thread` (its name says it).
+    pub(super) fn new(thread: usize) -> ThreadConnection {
+        ThreadConnection { thread, open: None }
+    }
+
+    /// A connection to `vhost` on the source, to `node` when it has a node-local address
+    /// (`crate::nodes`), and an open channel of it for passive declares: the open ones when
+    /// they are for `vhost` and `node` and still open, else new ones (the old connection
+    /// closed).
+    ///
+    /// Errors: those of [`crate::nodes::Nodes::connect`] and [`Connection::open_channel`].
+    pub(super) fn get(
+        &mut self,
+        ctx: &QueueContext,
+        vhost: &str,
+        node: Option<&str>,
+    ) -> Result<(&Connection, &Channel)> {
+        let node = node.filter(|n| ctx.nodes.address_of(n).is_some());
+        let open = match self.open.take() {
+            Some(mut o) if o.vhost == vhost && o.node.as_deref() == node && o.conn.is_open() => {
+                if !o.control.is_open() {
+                    o.control = o.conn.open_channel()?;
+                }
+                o
+            }
+            old => {
+                self.open = old;
+                self.discard();
+                let mut options = ctx.connect_options(
+                    vhost,
+                    format!(
+                        "rmq-backup {} {vhost} (thread {})",
+                        ctx.backup_id, self.thread
+                    ),
+                );
+                // A deeper delivery buffer absorbs the segment builder's pauses (a compressed
+                // chunk, a rotation) without stalling the broker; batches are bounded by bytes
+                // too, so large messages still hold at most ~8 MiB here.
+                options.consumer_buffer = CONSUMER_BUFFER;
+                let conn = ctx.nodes.connect(&options, node)?;
+                let control = conn.open_channel()?;
+                Open {
+                    vhost: vhost.to_string(),
+                    node: node.map(str::to_string),
+                    conn,
+                    control,
+                }
+            }
+        };
+        let open = self.open.insert(open);
+        Ok((&open.conn, &open.control))
+    }
+
+    /// Closes the connection, if any (after a failure: the broker takes back what it held).
+    pub(super) fn discard(&mut self) {
+        if let Some(open) = self.open.take() {
+            drop(open.control);
+            if let Err(e) = open.conn.close() {
+                log::debug!("closing the connection to vhost {}: {e}", open.vhost);
+            }
+        }
+    }
+}
+
+impl Drop for ThreadConnection {
+    fn drop(&mut self) {
+        self.discard();
+    }
+}
