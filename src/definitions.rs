@@ -305,21 +305,48 @@ pub fn compress(data: &[u8], compression: Compression, level: i32) -> Result<Vec
     }
 }
 
-/// Decompresses a whole buffer written by [`compress`].
+/// The largest definitions file a restore decompresses: 128 MiB, six times the largest
+/// request body the management API accepts by default (`management.http.max_body_size`,
+/// 20,000,000 bytes in RabbitMQ 3.10), so that a few KiB of zstd cannot make a restore inflate
+/// gigabytes.
+pub const DEFINITIONS_MAX_BYTES: u64 = 128 << 20;
+
+/// Decompresses a whole buffer written by [`compress`], at most [`DEFINITIONS_MAX_BYTES`].
+///
+/// Errors: `Compression error: definitions: ...` for a damaged buffer or one that inflates past
+/// the limit.
 pub fn decompress(data: &[u8], compression: Compression) -> Result<Vec<u8>> {
+    decompress_at_most(data, compression, DEFINITIONS_MAX_BYTES)
+}
+
+/// [`decompress`] with another limit, in bytes of output (the fuzz target's is smaller).
+pub fn decompress_at_most(data: &[u8], compression: Compression, max: u64) -> Result<Vec<u8>> {
     let err = |e: std::io::Error| Error::Compression(format!("definitions: {e}"));
-    match compression {
-        Compression::None => Ok(data.to_vec()),
-        Compression::Zstd => zstd::decode_all(data).map_err(err),
+    let mut out = Vec::new();
+    let read = match compression {
+        Compression::None => (&mut &data[..]).take(max + 1).read_to_end(&mut out),
+        Compression::Zstd => zstd::stream::read::Decoder::new(data)
+            .map_err(err)?
+            .take(max + 1)
+            .read_to_end(&mut out),
         Compression::Lz4 => {
-            let mut out = Vec::new();
-            lz4::Decoder::new(data)
-                .map_err(err)?
-                .read_to_end(&mut out)
-                .map_err(err)?;
-            Ok(out)
+            let mut dec = lz4::Decoder::new(data).map_err(err)?;
+            let read = dec.by_ref().take(max + 1).read_to_end(&mut out);
+            // A frame cut short reads as a clean end; only `finish` tells.
+            match (read, dec.finish().1) {
+                (Ok(n), Ok(())) => Ok(n),
+                (Err(e), _) | (Ok(_), Err(e)) if out.len() as u64 <= max => Err(e),
+                (read, _) => read,
+            }
         }
+    };
+    read.map_err(err)?;
+    if out.len() as u64 > max {
+        return Err(Error::Compression(format!(
+            "definitions: more than {max} bytes once decompressed; refused"
+        )));
     }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -464,5 +491,36 @@ mod tests {
             decompress(b"garbage", Compression::Zstd),
             Err(Error::Compression(_))
         ));
+    }
+
+    #[test]
+    fn truncated_and_oversized_definitions_are_refused() {
+        let data = serde_json::to_vec(&sample()).unwrap();
+        for c in [Compression::Zstd, Compression::Lz4] {
+            let packed = compress(&data, c, 3).unwrap();
+            let cut = &packed[..packed.len() - 3];
+            assert!(
+                matches!(decompress(cut, c), Err(Error::Compression(_))),
+                "{c:?}: a cut buffer"
+            );
+        }
+        // A bomb: 1 MiB of zeros packs into a few hundred bytes.
+        let zeros = vec![0u8; 1 << 20];
+        for c in [Compression::None, Compression::Zstd, Compression::Lz4] {
+            let packed = compress(&zeros, c, 19).unwrap();
+            assert_eq!(
+                decompress_at_most(&packed, c, 1 << 20).unwrap().len(),
+                1 << 20,
+                "{c:?}: at the limit"
+            );
+            assert_eq!(
+                decompress_at_most(&packed, c, (1 << 20) - 1).unwrap_err(),
+                Error::Compression(format!(
+                    "definitions: more than {} bytes once decompressed; refused",
+                    (1 << 20) - 1
+                )),
+                "{c:?}: past the limit"
+            );
+        }
     }
 }

@@ -6,6 +6,8 @@
 //! the end magic `KABR` is the whole file; any other input is a header and payload, and the
 //! footer (its correct CRC32 and `KABR`) is appended, so that the fuzzer reaches the payload.
 //!
+//! Records are limited to 16 MiB of JSON (`SegmentReader::max_record_bytes`).
+//!
 //! Invariants beyond "no panic": errors are `Serialization error:` or `Compression error:`; a
 //! segment never gives more records than its header announces, and exactly that many when it
 //! ends cleanly; an error ends the iteration.
@@ -17,6 +19,11 @@ use rmq_backup::segment::{SegmentReader, END_MAGIC};
 use rmq_backup::Error;
 use std::path::PathBuf;
 use std::sync::OnceLock;
+
+/// Records longer than this are refused (production: `MAX_RECORD_BYTES`, 2 GiB, what a
+/// 512 MiB message can take): a few KiB of zstd can announce and really hold a record of
+/// hundreds of MiB, which is legitimate data, not a fault, and past libFuzzer's RSS limit.
+const MAX_RECORD: u64 = 16 << 20;
 
 fn file() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
@@ -41,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
     let path = file();
     std::fs::write(path, &bytes).expect("write the segment file");
     let reader = match SegmentReader::open(path) {
-        Ok(r) => r,
+        Ok(r) => r.max_record_bytes(MAX_RECORD),
         Err(e) => return segment_error(&e),
     };
     let announced = reader.header().record_count;

@@ -21,7 +21,7 @@ mod reader;
 mod tests;
 mod writer;
 
-pub use reader::{Records, SegmentReader};
+pub use reader::{Records, SegmentReader, MAX_RECORD_BYTES};
 pub use writer::{zstd_workers, FinishedSegment, SegmentWriter, LARGE_BODY_BYTES};
 
 use serde::{Deserialize, Serialize};

@@ -12,6 +12,14 @@ use super::{
 };
 use crate::error::{Error, Result};
 
+/// The largest record a reader accepts by default: 2 GiB + 64 MiB of JSON. RabbitMQ refuses
+/// messages over 512 MiB (`max_message_size` cannot be set higher), and a body is written as a
+/// JSON number array of at most 4 bytes per body byte (`255,`), plus properties and headers.
+/// Larger announced lengths are refused before anything is allocated or decompressed for them,
+/// so a small compressed payload cannot make a reader inflate more than this per record
+/// (`SegmentReader::max_record_bytes` lowers it, as the fuzz target does).
+pub const MAX_RECORD_BYTES: u64 = (2 << 30) + (64 << 20);
+
 /// A verified segment file, ready to iterate.
 ///
 /// [`SegmentReader::open`] checks, in order: magic, version, compression code, minimum size
@@ -22,6 +30,7 @@ pub struct SegmentReader {
     header: SegmentHeader,
     file: File,
     payload_len: u64,
+    max_record: u64,
 }
 
 impl SegmentReader {
@@ -84,7 +93,16 @@ impl SegmentReader {
             header,
             file,
             payload_len: len - HEADER_LEN - FOOTER_LEN,
+            max_record: MAX_RECORD_BYTES,
         })
+    }
+
+    /// Refuses records longer than `bytes` of JSON (default [`MAX_RECORD_BYTES`]) with
+    /// `Serialization error: Record {n} announces {len} bytes, more than the {bytes} a record
+    /// may have`, before reading them.
+    pub fn max_record_bytes(mut self, bytes: u64) -> SegmentReader {
+        self.max_record = bytes;
+        self
     }
 
     /// The verified header.
@@ -107,6 +125,7 @@ impl SegmentReader {
             header,
             mut file,
             payload_len,
+            max_record,
         } = self;
         let source =
             file.seek(SeekFrom::Start(HEADER_LEN))
@@ -134,6 +153,7 @@ impl SegmentReader {
             header,
             reader,
             pending_error: pending,
+            max_record,
             count: 0,
             done: false,
         }
@@ -201,6 +221,7 @@ pub struct Records {
     header: SegmentHeader,
     reader: Option<BufReader<Source>>,
     pending_error: Option<Error>,
+    max_record: u64,
     count: u64,
     done: bool,
 }
@@ -247,6 +268,13 @@ impl Records {
             )));
         }
         let len = u64::from(u32::from_le_bytes(len));
+        if len > self.max_record {
+            return Err(ser(format!(
+                "Record {} announces {len} bytes, more than the {} a record may have",
+                self.count + 1,
+                self.max_record
+            )));
+        }
         // Grow as data arrives rather than trusting the length for the allocation.
         let mut json = Vec::with_capacity(len.min(16 << 20) as usize);
         if let Err(e) = reader.take(len).read_to_end(&mut json) {

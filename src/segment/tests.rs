@@ -485,3 +485,43 @@ fn a_segment_compressed_by_zstd_workers_reads_back() {
     let back: Vec<Vec<u8>> = reader.records().map(|r| r.unwrap()).collect();
     assert_eq!(back, records);
 }
+
+#[test]
+fn a_record_longer_than_the_limit_is_refused_before_it_is_read() {
+    let dir = TempDir::new("max-record");
+    for c in [Compression::None, Compression::Zstd, Compression::Lz4] {
+        let path = dir.file(&format!("max-{}", c.as_str()));
+        write_segment(&path, c, 3);
+        let mut records = SegmentReader::open(&path).unwrap().records();
+        let first = records.next().unwrap().unwrap();
+        let limit = first.len() as u64 - 1;
+        let results: Vec<_> = SegmentReader::open(&path)
+            .unwrap()
+            .max_record_bytes(limit)
+            .records()
+            .collect();
+        assert_eq!(results.len(), 1, "{c:?}: the iteration ends at the error");
+        assert_eq!(
+            results[0].as_ref().unwrap_err(),
+            &Error::Serialization(format!(
+                "Record 1 announces {} bytes, more than the {limit} a record may have",
+                first.len()
+            )),
+            "{c:?}"
+        );
+        // With the longest record as the limit, every record is read.
+        let longest = records
+            .map(|r| r.unwrap().len())
+            .fold(first.len(), usize::max);
+        let all = SegmentReader::open(&path)
+            .unwrap()
+            .max_record_bytes(longest as u64)
+            .records()
+            .collect::<Result<Vec<_>>>();
+        assert_eq!(all.unwrap().len(), 3, "{c:?}");
+    }
+    assert!(
+        MAX_RECORD_BYTES > 4 * 512 * 1024 * 1024,
+        "a 512 MiB body fits"
+    );
+}
