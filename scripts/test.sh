@@ -14,12 +14,54 @@ scripts/setup-rabbitmq-tls.sh
 scripts/setup-rabbitmq-cluster.sh
 fuzz_secs=${RMQ_BACKUP_FUZZ_SECS:-5}
 fuzz_log=$(mktemp)
-trap 'rm -f "$fuzz_log"' EXIT
+logs=$(mktemp -d)
+trap 'rm -rf "$logs" "$fuzz_log"' EXIT
 if [[ $fuzz_secs -gt 0 ]]; then
     scripts/fuzz.sh build >"$fuzz_log" 2>&1 &
     fuzz_build=$!
 fi
-cargo test --locked "$@"
+# Build every test once, then run three groups at once (most tests wait on a broker, not a
+# core): the tests that build and install packages, the tests that stop, kill or alarm nodes
+# of the test cluster (one binary at a time), and all the others. Each group's output is
+# printed when it ends; the run fails if any group fails.
+cargo test --locked --no-run "$@"
+slow_builds=(packaging static_binary)
+cluster=(cluster faults_broker faults_restore)
+rest=()
+for f in tests/*.rs; do
+    t=$(basename "$f" .rs)
+    [[ " ${slow_builds[*]} ${cluster[*]} " == *" $t "* ]] || rest+=("$t")
+done
+as_args() { local t; for t; do printf -- '--test\n%s\n' "$t"; done; }
+run_group() {
+    local name=$1
+    shift
+    if cargo test --locked "$@" >"$logs/$name" 2>&1; then
+        echo ok >"$logs/$name.rc"
+    fi
+}
+mapfile -t slow_args < <(as_args "${slow_builds[@]}")
+mapfile -t cluster_args < <(as_args "${cluster[@]}")
+mapfile -t rest_args < <(as_args "${rest[@]}")
+run_group packaging "$@" "${slow_args[@]}" &
+groups=($!)
+run_group cluster "$@" "${cluster_args[@]}" &
+groups+=($!)
+run_group rest "$@" --lib --bins "${rest_args[@]}" &
+groups+=($!)
+run_group doc "$@" --doc &
+groups+=($!)
+wait "${groups[@]}"
+failed=0
+for g in rest cluster packaging doc; do
+    echo "=== test group: $g ==="
+    cat "$logs/$g"
+    [[ -f "$logs/$g.rc" ]] || failed=1
+done
+if [[ $failed -ne 0 ]]; then
+    echo "scripts/test.sh: a test group failed (see above)" >&2
+    exit 1
+fi
 if [[ $fuzz_secs -gt 0 ]]; then
     if ! wait "$fuzz_build"; then
         cat "$fuzz_log" >&2
