@@ -14,4 +14,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-rabbitmq.sh
 scripts/setup-rabbitmq-cluster.sh
-exec cargo test --release --locked --test soak -- --ignored --nocapture --test-threads 1
+# A debug build: what is under test is behaviour under faults, not speed (SOAK_RELEASE=1
+# builds release).
+exec cargo test ${SOAK_RELEASE:+--release} --locked --test soak -- --ignored --nocapture --test-threads 1
