@@ -9,6 +9,8 @@
 #          stream backup over the stream protocol beside a raw stream-protocol read
 #        scripts/bench.sh storage [messages=100000] [body_bytes=1024]
 #          backup throughput to filesystem, S3, Azure Blob and GCS (the local emulators)
+#        scripts/bench.sh cluster [per_queue=10000] [body_bytes=1024]
+#          the test cluster: node-local vs not, 3 shard workers vs 1, bytes between nodes
 #        scripts/bench.sh many [queues=5000] [per_queue=4] [body_bytes=512]
 #          many small queues beside a raw single-connection client (`many 20000 0`: empty ones)
 #        scripts/bench.sh tls [messages=100000] [body_bytes=1024]
@@ -89,6 +91,14 @@ if [[ "${1:-}" == many ]]; then
   shift
   cargo build --release --quiet --bin rmq-backup --example many_queues_bench
   exec target/release/examples/many_queues_bench target/release/rmq-backup "${1:-5000}" "${2:-4}" "${3:-512}"
+fi
+if [[ "${1:-}" == cluster ]]; then
+  # The three-node test cluster: raw references (each queue through its node, or all through
+  # one), rmq-backup node-local or not, and three shard workers: [per queue=10000] [bytes=1024].
+  shift
+  scripts/setup-rabbitmq-cluster.sh
+  cargo build --release --quiet --bin rmq-backup --example cluster_bench
+  exec target/release/examples/cluster_bench target/release/rmq-backup "${1:-10000}" "${2:-1024}"
 fi
 if [[ "${1:-}" == pipeline ]]; then
   cargo build --release --quiet --example pipeline_bench

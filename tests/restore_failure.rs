@@ -43,16 +43,17 @@ fn a_failed_restore_says_what_the_rerun_does_with_each_queue() {
             ),
         )
     };
-    // 3,000 msg/s: b-big takes ten seconds, time enough for the management API to list its
+    // 2,000 msg/s: b-big takes 15 s, time enough for the management API to list its
     // connection and the test to close it.
     let r1 = write_config(
         dir.path(),
         "r1.yaml",
-        &restore("  rate_limit_messages_per_sec: 3000\n"),
+        &restore("  rate_limit_messages_per_sec: 2000\n"),
     );
     let (child, lines) = spawn_cli(&["restore", "--config", &r1], &[]);
     wait_line(&lines, "queue a-small in vhost");
-    // Closed once b-big has published (and the broker stored) some of its messages.
+    // Closed once b-big has published (and the broker stored) 2 s of its messages: the
+    // checkpoint (every second) then holds some of them.
     let target_conn = connect(&target);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
@@ -60,7 +61,7 @@ fn a_failed_restore_says_what_the_rerun_does_with_each_queue() {
         let ch = target_conn.open_channel().unwrap();
         if ch
             .queue_declare_passive("b-big")
-            .is_ok_and(|ok| ok.message_count > 0)
+            .is_ok_and(|ok| ok.message_count > 4_000)
         {
             break;
         }

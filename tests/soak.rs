@@ -4,8 +4,9 @@
 //! consume, with a fault injected at a random moment of each backup, then every invariant
 //! checked.
 //!
-//! - Load: a publisher and an acking consumer on quorum queue `live`, a publisher on stream
-//!   `events`, each reconnecting through any node after a fault.
+//! - Load: a publisher and an acking consumer on quorum queue `live` (at most 5,000 messages),
+//!   a publisher on stream `events` (retention ~2 MB), each reconnecting through any node
+//!   after a fault.
 //! - Fixed queues `fixed-c` (classic, on rmqc2) and `fixed-q` (quorum) of [`FIXED`] numbered
 //!   messages that nothing else touches: the source must stay whole and in order.
 //! - Each round backs up the vhost (queues and the stream over the stream protocol) with one
@@ -433,8 +434,22 @@ fn soak() {
         let ch = conn.open_channel().unwrap();
         declare(&ch, "fixed-q", "quorum", FieldTable::new());
         publish_bulk_persistent(&ch, "fixed-q", FIXED, 200);
-        declare(&ch, "live", "quorum", FieldTable::new());
-        declare(&ch, "events", "stream", FieldTable::new());
+        // Bounded, so that every round backs up about as much (RSS is compared across rounds):
+        // `live` keeps its newest 5,000 messages, `events` about its newest 2 MB.
+        declare(
+            &ch,
+            "live",
+            "quorum",
+            vec![("x-max-length".into(), FieldValue::I64(5_000))],
+        );
+        let retention = vec![
+            ("x-max-length-bytes".into(), FieldValue::I64(2_000_000)),
+            (
+                "x-stream-max-segment-size-bytes".into(),
+                FieldValue::I64(500_000),
+            ),
+        ];
+        declare(&ch, "events", "stream", retention);
         let _ = conn.close();
     }
     let stop = Arc::new(AtomicBool::new(false));
