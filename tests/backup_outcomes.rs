@@ -1,7 +1,7 @@
 //! How a backup ends when not everything goes to plan, against the real broker: selected queues
 //! it must leave alone (exit 4, each named with its reason, counted in a metric), the
-//! `error_type` of every failure in `broker_backup_errors`, and the warning for the unused
-//! `backup.prefetch_count`.
+//! `error_type` of every failure in `broker_backup_errors`, and the warnings for the unused
+//! `backup.prefetch_count` and `backup.checkpoint_interval_secs`.
 
 mod common;
 
@@ -188,8 +188,10 @@ fn every_failure_is_counted_with_its_error_type() {
     assert_eq!(depth(&conn, "q"), 5);
 }
 
+/// Options a one-shot backup does not use are said to be unused (issue "Defects found by
+/// test and review", item 9): `prefetch_count` and `checkpoint_interval_secs`.
 #[test]
-fn prefetch_count_set_in_the_file_is_reported_as_unused() {
+fn options_set_in_the_file_that_a_backup_does_not_use_are_reported() {
     let vh = TestVhost::new("prefetch");
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();
@@ -197,8 +199,13 @@ fn prefetch_count_set_in_the_file_is_reported_as_unused() {
     publish(&ch, "q", &diverse_messages(30, 3, false));
     let dir = TempDir::new("prefetch");
     let store = dir.path().join("store");
-    let warning = "backup.prefetch_count is 10 but is not used: a one-shot backup must hold a queue's whole depth unacknowledged";
-    for (id, extra, warned) in [("p1", "  prefetch_count: 10\n", true), ("p2", "", false)] {
+    let prefetch = "backup.prefetch_count is 10 but is not used: a one-shot backup must hold a queue's whole depth unacknowledged";
+    let interval = "backup.checkpoint_interval_secs is set but has no effect: a backup records its progress at every stored segment";
+    for (id, extra, warned) in [
+        ("p1", "  prefetch_count: 10\n", [true, false]),
+        ("p2", "  checkpoint_interval_secs: 5\n", [false, true]),
+        ("p3", "", [false, false]),
+    ] {
         let cfg = write_config(
             dir.path(),
             &format!("{id}.yaml"),
@@ -207,8 +214,12 @@ fn prefetch_count_set_in_the_file_is_reported_as_unused() {
         let out = run_cli(&["backup", "--config", &cfg]);
         let (stdout, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-        assert_eq!(stderr.contains(warning), warned, "{id}: {stderr}");
-        // All 30 read whatever the prefetch said.
+        assert_eq!(
+            [stderr.contains(prefetch), stderr.contains(interval)],
+            warned,
+            "{id}: {stderr}"
+        );
+        // All 30 read whatever the options said.
         assert_eq!(manifest(&store, id).total_messages, 30);
     }
     assert_eq!(depth(&conn, "q"), 30);
