@@ -7,6 +7,7 @@
 //! parses paths.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 use crate::broker::QueueType;
 use crate::error::{Error, Result};
@@ -90,6 +91,11 @@ pub struct QueueBackup {
     /// another application (`crate::backup` exits 4). Absent when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub messages_left_out: Option<u64>,
+    /// Streams: consumer reference → the offset it had stored when the stream's read started
+    /// (`backup.stream_offset_references`; references with no stored offset are absent).
+    /// Absent when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub consumer_offsets: BTreeMap<String, u64>,
 }
 
 /// One segment file (SPEC.md "Manifest", SegmentMetadata).
@@ -132,6 +138,7 @@ impl QueueBackup {
             segments,
             messages_unacknowledged_at_start: None,
             messages_left_out: None,
+            consumer_offsets: BTreeMap::new(),
         }
     }
 }
@@ -381,6 +388,7 @@ mod tests {
                 last_message_timestamp: Some(2),
                 messages_unacknowledged_at_start: None,
                 messages_left_out: None,
+                consumer_offsets: [("app-1".to_string(), 41)].into(),
             }],
             total_messages: 10,
             total_bytes: 500,

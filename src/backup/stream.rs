@@ -22,9 +22,10 @@ use crate::progress;
 use crate::record::BackupRecord;
 use crate::spool::spawn_named;
 use crate::stream::amqp10::{to_record, Origin, RAW_BODY_HEADER};
-use crate::stream::chunk::{parse_chunk, parse_header};
+use crate::stream::chunk::parse_chunk;
 use crate::stream::{OffsetSpec, StreamConnection};
 use crossbeam_channel::{bounded, Sender};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Chunks granted to the broker at a time (each chunk holds up to a few thousand messages).
@@ -78,19 +79,12 @@ impl Drop for CountedConnection {
 /// Errors: the subscription's, or `Stream protocol error` when a stream the management API counts
 /// messages in shows no chunk within 30 s.
 fn last_offset(conn: &StreamConnection, q: &QueueInfo) -> Result<Option<u64>> {
-    let sub = conn.subscribe(0, &q.name, OffsetSpec::Last, 1)?;
     let wait = if q.messages > 0 {
         CHUNK_WAIT
     } else {
         EMPTY_WAIT
     };
-    let chunk = sub.next_chunk(wait);
-    conn.unsubscribe(0)?;
-    match chunk? {
-        Some(c) => {
-            let h = parse_header(&c)?;
-            h.last_offset()
-        }
+    match crate::stream::offsets::last_offset(conn, &q.name, wait)? {
         None if q.messages > 0 => Err(Error::Stream(format!(
             "stream {} in vhost {}: no chunk from its end within {} s although the management API counts {} messages",
             q.name,
@@ -98,7 +92,7 @@ fn last_offset(conn: &StreamConnection, q: &QueueInfo) -> Result<Option<u64>> {
             wait.as_secs(),
             q.messages
         ))),
-        None => Ok(None),
+        end => Ok(end),
     }
 }
 
@@ -139,6 +133,7 @@ pub(super) fn backup_stream(
     };
     let conn = CountedConnection::open(ctx, q)?;
     let conn = &conn.0;
+    let offsets = consumer_offsets(ctx, conn, q)?;
     let end = if continuous {
         None
     } else {
@@ -204,7 +199,34 @@ pub(super) fn backup_stream(
         last.map_or("none".to_string(), |e| e.to_string()),
         started.elapsed().as_secs_f64()
     );
-    completed(ctx, q, last, segments).map(Some)
+    let mut done = completed(ctx, q, last, segments)?;
+    done.consumer_offsets = offsets;
+    Ok(Some(done))
+}
+
+/// The offsets that the references of `backup.stream_offset_references` have stored for
+/// stream `q`, asked before its read starts; references with none are left out.
+///
+/// Errors: the stream protocol's (a refused query).
+fn consumer_offsets(
+    ctx: &QueueContext,
+    conn: &StreamConnection,
+    q: &QueueInfo,
+) -> Result<BTreeMap<String, u64>> {
+    let mut found = BTreeMap::new();
+    for reference in &ctx.opts.stream_offset_references {
+        if let Some(offset) = conn.query_offset(reference, &q.name)? {
+            found.insert(reference.clone(), offset);
+        }
+    }
+    if !found.is_empty() {
+        log::info!(
+            "stream {} in vhost {}: consumer offsets {found:?}",
+            q.name,
+            q.vhost
+        );
+    }
+    Ok(found)
 }
 
 /// A stream's backup done: its last offset (when it had messages) and its completion in the

@@ -91,6 +91,12 @@ pub struct BackupOptions {
     /// This run writes one part of a backup shared by `count` workers (`crate::shard`);
     /// default none (one run writes the whole backup).
     pub shard: Option<ShardConfig>,
+    /// Consumer references (the stream protocol's offset tracking names, at most 256 bytes)
+    /// whose stored offset is backed up for every stream read over the stream protocol, so
+    /// that a restore can give each consumer its place in the new stream
+    /// (`restore.stream_offsets`); default empty. RabbitMQ 3.10 cannot list references: they
+    /// are named here.
+    pub stream_offset_references: Vec<String>,
 }
 
 /// `backup.shard`: which part of a sharded backup this run writes (`crate::shard`).
@@ -123,6 +129,7 @@ impl Default for BackupOptions {
             stop_at_current_depth: true,
             stream_enabled: false,
             shard: None,
+            stream_offset_references: Vec::new(),
         }
     }
 }
@@ -145,6 +152,13 @@ pub(super) fn validate_backup_options(b: &BackupOptions) -> Result<()> {
         check_positive(n, "backup.checkpoint_interval_secs")?;
     }
     check_positive(b.sync_interval_secs, "backup.sync_interval_secs")?;
+    for r in &b.stream_offset_references {
+        if r.is_empty() || r.len() > 256 {
+            return Err(config_err(format!(
+                "backup.stream_offset_references: {r:?} is not a consumer reference (1 to 256 bytes)"
+            )));
+        }
+    }
     if let Some(shard) = &b.shard {
         if shard.count == 0 {
             return Err(config_err("backup.shard.count must be at least 1"));

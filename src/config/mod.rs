@@ -31,7 +31,7 @@ mod validate;
 pub use backup::{BackupOptions, CompressionKind, RequeueStrategy, ShardConfig};
 pub use checkpoints::{OffsetBackend, OffsetStorageConfig};
 pub use metrics::MetricsConfig;
-pub use restore::{DefinitionsSelection, PublishMode, RestoreOptions};
+pub use restore::{DefinitionsSelection, PublishMode, RestoreOptions, StreamOffsets};
 pub use source::{QueueSelection, SourceConfig, TlsConfig};
 pub use storage::{AzureStorage, FilesystemStorage, GcsStorage, S3Storage, StorageConfig};
 pub use target::TargetConfig;

@@ -86,6 +86,21 @@ pub struct RestoreOptions {
     pub blocked_timeout_secs: u64,
     /// Publish nothing, print a summary; default false.
     pub dry_run: bool,
+    /// What becomes of the stream consumer offsets a backup holds
+    /// (`backup.stream_offset_references`); default translate.
+    pub stream_offsets: StreamOffsets,
+}
+
+/// `restore.stream_offsets` (README "Stream consumer offsets").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamOffsets {
+    /// Each backed-up offset is translated to the offset that the first restored message at or
+    /// after it took in the target stream, and stored there under the same reference.
+    #[default]
+    Translate,
+    /// Consumer offsets are not restored.
+    Skip,
 }
 
 impl Default for RestoreOptions {
@@ -109,6 +124,7 @@ impl Default for RestoreOptions {
             checkpoint_interval_secs: 60,
             blocked_timeout_secs: 300,
             dry_run: false,
+            stream_offsets: StreamOffsets::Translate,
         }
     }
 }

@@ -115,6 +115,7 @@ backup:
   include_definitions: false
   stop_at_current_depth: false
   stream_enabled: true
+  stream_offset_references: [app-1, billing]
 restore:
   time_window_start: 1000
   time_window_end: 2000
@@ -136,6 +137,7 @@ restore:
   checkpoint_state: /var/lib/restore.db
   checkpoint_interval_secs: 15
   dry_run: true
+  stream_offsets: skip
 offset_storage:
   backend: memory
   db_path: /var/lib/offsets.db
@@ -210,6 +212,7 @@ fn full_example_parses_every_field() {
             stop_at_current_depth: false,
             stream_enabled: true,
             shard: None,
+            stream_offset_references: vec!["app-1".into(), "billing".into()],
         }
     );
     let r = &c.restore;
@@ -251,6 +254,7 @@ fn full_example_parses_every_field() {
     );
     assert_eq!(r.checkpoint_interval_secs, 15);
     assert!(r.dry_run);
+    assert_eq!(r.stream_offsets, crate::config::StreamOffsets::Skip);
     assert_eq!(
         c.offset_storage,
         Some(OffsetStorageConfig {
@@ -318,6 +322,7 @@ fn minimal_backup_gets_every_default() {
     assert_eq!(r.checkpoint_state, None);
     assert_eq!(r.checkpoint_interval_secs, 60);
     assert!(!r.dry_run);
+    assert_eq!(r.stream_offsets, crate::config::StreamOffsets::Translate);
 }
 
 #[test]
@@ -470,6 +475,17 @@ fn backup_option_ranges() {
     check(
         &|b| b.max_concurrent_queues = 0,
         "backup.max_concurrent_queues must be at least 1",
+    );
+    check(
+        &|b| b.stream_offset_references = vec![String::new()],
+        "backup.stream_offset_references: \"\" is not a consumer reference (1 to 256 bytes)",
+    );
+    check(
+        &|b| b.stream_offset_references = vec!["r".repeat(257)],
+        &format!(
+            "backup.stream_offset_references: {:?} is not a consumer reference (1 to 256 bytes)",
+            "r".repeat(257)
+        ),
     );
     check(
         &|b| b.checkpoint_interval_secs = Some(0),

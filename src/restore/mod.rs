@@ -15,6 +15,7 @@
 //! - `segments`: fetching, verifying and decoding a queue's segments, and the time window;
 //! - `publish`: publishing with confirms, the rate limit, and the restore checkpoint.
 
+mod offsets;
 mod plan;
 mod publish;
 mod raw_stream;
@@ -24,7 +25,7 @@ mod target;
 use crate::amqp::ConnectOptions;
 use crate::broker::QueueType;
 use crate::checkpoint::Checkpoints;
-use crate::config::{Config, PublishMode, RestoreOptions, TargetConfig};
+use crate::config::{Config, PublishMode, RestoreOptions, StreamOffsets, TargetConfig};
 use crate::definitions;
 use crate::error::{Error, Result};
 use crate::management::ManagementClient;
@@ -273,6 +274,28 @@ fn management(
     }
 }
 
+/// What becomes of the consumer offsets `backup` holds (`restore.stream_offsets`): a
+/// [`offsets::Translation`] when they are to be translated into a stream target.
+fn consumer_offsets(
+    opts: &RestoreOptions,
+    backup: &QueueBackup,
+    entry: &QueueRestore,
+) -> Option<offsets::Translation> {
+    if backup.consumer_offsets.is_empty() || opts.stream_offsets == StreamOffsets::Skip {
+        return None;
+    }
+    if !entry.target_is_stream {
+        log::warn!(
+            "queue {} in vhost {}: the consumer offsets of stream {} are not restored: the target is not a stream",
+            entry.target_queue,
+            entry.target_vhost,
+            entry.source_queue
+        );
+        return None;
+    }
+    Some(offsets::Translation::new(&backup.consumer_offsets))
+}
+
 /// Restores one queue of the backup on its own connection.
 #[allow(clippy::too_many_arguments)]
 fn restore_queue(
@@ -359,6 +382,10 @@ fn restore_queue(
     );
     // One thread fetches, verifies and decodes segments; this one publishes. Batches in between
     // keep memory bounded while decoding overlaps the wait for confirms.
+    let mut stream_options = crate::stream::StreamOptions::from_amqp_url(&options.url, stream_port);
+    stream_options.tls = options.tls.clone();
+    stream_options.connection_name = options.connection_name.clone();
+    let mut translation = consumer_offsets(opts, backup, entry);
     let (tx, rx) = crossbeam_channel::bounded::<Vec<BackupRecord>>(RECORD_BATCHES);
     let outside_window = AtomicU64::new(0);
     let outside = &outside_window;
@@ -389,13 +416,10 @@ fn restore_queue(
         };
         // A stream target takes the records that hold whole AMQP 1.0 messages over the
         // stream protocol (`raw_stream`).
-        let mut raw = entry.target_is_stream.then(|| {
-            let mut o = crate::stream::StreamOptions::from_amqp_url(&options.url, stream_port);
-            o.tls = options.tls.clone();
-            o.connection_name = options.connection_name.clone();
-            StreamTarget::new(o, &entry.target_queue)
-        });
-        let published = publisher.publish_records(&rx, entry, raw.as_mut());
+        let mut raw = entry
+            .target_is_stream
+            .then(|| StreamTarget::new(stream_options.clone(), &entry.target_queue));
+        let published = publisher.publish_records(&rx, entry, raw.as_mut(), translation.as_mut());
         if let Some(raw) = raw {
             if let Err(e) = raw.close() {
                 log::debug!(
@@ -425,6 +449,19 @@ fn restore_queue(
             cp.store
                 .restore_progress(&cp.key, entry.done_earlier + entry.published, true)?;
         }
+    }
+    if let (Some(t), 0) = (translation, entry.failed) {
+        let name = format!(
+            "queue {} in vhost {}",
+            entry.target_queue, entry.target_vhost
+        );
+        offsets::store(
+            t,
+            &stream_options,
+            &entry.target_queue,
+            entry.done_earlier,
+            &name,
+        )?;
     }
     channel.close()?;
     conn.close()?;

@@ -2,6 +2,7 @@
 //! `mandatory`, publisher confirms with a bounded window, the rate limit shared by all queues,
 //! and the restore checkpoint of the confirmed prefix (`restore.checkpoint_state`).
 
+use super::offsets::Translation;
 use super::raw_stream::{is_raw, StreamTarget};
 use super::QueueRestore;
 use crate::amqp::Channel;
@@ -74,12 +75,14 @@ impl Publisher<'_> {
     ///
     /// Records that hold a whole AMQP 1.0 message (`raw_stream::is_raw`) go to `raw`, the
     /// target stream over the stream protocol, when the target is a stream: every publish
-    /// before them confirmed first, so the order holds.
+    /// before them confirmed first, so the order holds. `offsets` sees each record's source
+    /// offset in publish order (stream consumer offsets, `super::offsets`).
     pub(super) fn publish_records(
         &self,
         rx: &crossbeam_channel::Receiver<Vec<BackupRecord>>,
         entry: &mut QueueRestore,
         mut raw: Option<&mut StreamTarget>,
+        mut offsets: Option<&mut Translation>,
     ) -> Result<()> {
         let (channel, opts, m) = (self.channel, self.opts, self.m);
         let mut last_checkpoint = Instant::now();
@@ -88,6 +91,9 @@ impl Publisher<'_> {
         let mut raw_over_091 = false;
         for batch in rx.iter() {
             for mut record in batch {
+                if let Some(t) = offsets.as_deref_mut() {
+                    t.observe(record.delivery_tag);
+                }
                 if is_raw(&record) {
                     if raw.is_some() {
                         pending_raw.push(record);

@@ -363,6 +363,18 @@ impl StreamConnection {
         parse_metadata(&f)
     }
 
+    /// Stores `offset` under `reference` for `stream`, as a consumer tracking its place does
+    /// (PROTOCOL.adoc "StoreOffset": no response; a [`Self::query_offset`] after it reads it).
+    /// `reference` is at most 256 bytes.
+    pub fn store_offset(&self, reference: &str, stream: &str, offset: u64) -> Result<()> {
+        let frame = FrameBuf::new(key::STORE_OFFSET)
+            .string(reference)?
+            .string(stream)?
+            .u64(offset)
+            .finish();
+        self.write(&frame)
+    }
+
     /// The offset stored under `reference` for `stream`, `None` when there is none.
     pub fn query_offset(&self, reference: &str, stream: &str) -> Result<Option<u64>> {
         let (code, f) = self.request("query offset", |corr| {

@@ -5,6 +5,7 @@
 //! - `client.rs`: [`StreamConnection`]: subscriptions with credit, publishers, metadata,
 //!   offsets; `handshake.rs` logs in (PLAIN, tune, open); `reader.rs` is the connection's
 //!   reader thread (dispatch, heartbeats, the broker's close).
+//! - `offsets.rs`: where a stream ends (the header of its last chunk).
 //! - `chunk.rs`: osiris chunks as `Deliver` carries them (CRC32 checked, sub-entry batches).
 //! - `amqp10.rs`: AMQP 1.0 messages (the entries of a stream) into `BackupRecord`s.
 
@@ -14,6 +15,7 @@ pub mod client;
 mod handshake;
 #[cfg(test)]
 mod hostile_tests;
+pub mod offsets;
 pub mod protocol;
 mod reader;
 

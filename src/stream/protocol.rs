@@ -19,6 +19,7 @@ pub mod key {
     pub const SUBSCRIBE: u16 = 0x0007;
     pub const DELIVER: u16 = 0x0008;
     pub const CREDIT: u16 = 0x0009;
+    pub const STORE_OFFSET: u16 = 0x000a;
     pub const QUERY_OFFSET: u16 = 0x000b;
     pub const UNSUBSCRIBE: u16 = 0x000c;
     pub const CREATE: u16 = 0x000d;

@@ -1,0 +1,223 @@
+//! Stream consumer offsets after a restore (`restore.stream_offsets: translate`, README
+//! "Stream consumer offsets"). A consumer that tracks its place under a reference (the stream
+//! protocol's StoreOffset) would be lost in the restored stream, whose offsets differ. The
+//! backup holds each named reference's offset (`QueueBackup::consumer_offsets`); the restore
+//! gives each reference the offset that the first restored message at or after it took in the
+//! target, and stores it there under the same reference.
+//!
+//! How the target's offsets are known: a stream gives each message the next offset, and the
+//! records of a queue are published in order (`super::publish`), so once every publish is
+//! confirmed, the `n` messages this run published are the last `n` of the target: offsets
+//! `end - n .. end`, `end` read from the target's last chunk. This holds when nothing else
+//! publishes to the target stream during the restore (README says so).
+
+use crate::error::{Error, Result};
+use crate::stream::offsets::last_offset;
+use crate::stream::{StreamConnection, StreamOptions};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How long the target's last chunk is waited for (it holds what was just confirmed).
+const END_WAIT: Duration = Duration::from_secs(10);
+
+/// The references to translate, matched against the records as they are published.
+#[derive(Debug, Default)]
+pub(super) struct Translation {
+    /// (offset in the backup, reference) not reached yet, highest offset first.
+    pending: Vec<(u64, String)>,
+    /// (reference, offset in the backup, index in this run's publish order of the first record
+    /// at or after it).
+    found: Vec<(String, u64, u64)>,
+    /// The source offset of the first record this run published.
+    first: Option<u64>,
+    published: u64,
+}
+
+/// A reference's place in the target, as [`Translation::finish`] stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Translated {
+    pub reference: String,
+    /// Its offset in the backup's source stream.
+    pub from: u64,
+    /// Its offset in the target stream.
+    pub to: u64,
+}
+
+impl Translation {
+    /// The consumer offsets of a backed-up stream (reference → offset).
+    pub(super) fn new(offsets: &BTreeMap<String, u64>) -> Translation {
+        let mut pending: Vec<(u64, String)> =
+            offsets.iter().map(|(r, o)| (*o, r.clone())).collect();
+        pending.sort_unstable_by(|a, b| b.cmp(a));
+        Translation {
+            pending,
+            ..Translation::default()
+        }
+    }
+
+    /// The next record published, by its source offset (a stream record's `delivery_tag`,
+    /// SPEC.md "Segment file").
+    pub(super) fn observe(&mut self, offset: u64) {
+        self.first.get_or_insert(offset);
+        while self.pending.last().is_some_and(|(o, _)| *o <= offset) {
+            if let Some((o, reference)) = self.pending.pop() {
+                self.found.push((reference, o, self.published));
+            }
+        }
+        self.published += 1;
+    }
+
+    /// Where each reference goes, once this run's `published` messages are the last of a
+    /// target whose next offset is `end` (see the module documentation). `earlier`: records
+    /// of the queue an earlier run published (`restore.checkpoint_state`), whose target
+    /// offsets this run does not know: a reference that falls among them is left out with a
+    /// warning. A reference past every restored record goes to the last one (its consumer had
+    /// read them all).
+    pub(super) fn finish(mut self, end: u64, earlier: u64, name: &str) -> Vec<Translated> {
+        let base = end.saturating_sub(self.published);
+        let last = self.published.saturating_sub(1);
+        let beyond = std::mem::take(&mut self.pending);
+        let mut out = Vec::new();
+        for (reference, from, index) in self.found {
+            if earlier > 0 && self.first.is_some_and(|f| from < f) {
+                log::warn!(
+                    "{name}: consumer reference {reference} (offset {from}) points among the records an earlier run restored; its offset is not restored"
+                );
+                continue;
+            }
+            out.push(Translated {
+                reference,
+                from,
+                to: base + index,
+            });
+        }
+        if self.published > 0 {
+            out.extend(beyond.into_iter().map(|(from, reference)| Translated {
+                reference,
+                from,
+                to: base + last,
+            }));
+        }
+        out
+    }
+
+    /// Messages observed so far.
+    pub(super) fn published(&self) -> u64 {
+        self.published
+    }
+}
+
+/// Stores the translated offsets of `translation` on `stream` of the target (connection
+/// `options`), after this run published `translation.published()` messages to it; returns
+/// what it stored.
+///
+/// Errors: the stream protocol's; `Stream protocol error: ...` when the target shows no chunk
+/// after messages were confirmed into it.
+pub(super) fn store(
+    translation: Translation,
+    options: &StreamOptions,
+    stream: &str,
+    earlier: u64,
+    name: &str,
+) -> Result<Vec<Translated>> {
+    if translation.published() == 0 {
+        return Ok(Vec::new());
+    }
+    let conn = StreamConnection::open(options)?;
+    let end = last_offset(&conn, stream, END_WAIT)?.ok_or_else(|| {
+        Error::Stream(format!(
+            "{name}: the target stream shows no message after the restore published to it; consumer offsets not stored"
+        ))
+    })?;
+    let translated = translation.finish(end + 1, earlier, name);
+    for t in &translated {
+        conn.store_offset(&t.reference, stream, t.to)?;
+        log::info!(
+            "{name}: consumer reference {}: offset {} in the backup is offset {} in stream {stream}",
+            t.reference,
+            t.from,
+            t.to
+        );
+    }
+    // StoreOffset has no response: a query after it is answered only once the broker has
+    // handled it, so the offsets are stored when this returns.
+    if let Some(t) = translated.first() {
+        conn.query_offset(&t.reference, stream)?;
+    }
+    let _ = conn.close();
+    Ok(translated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn translate(
+        refs: &[(&str, u64)],
+        published: &[u64],
+        end: u64,
+        earlier: u64,
+    ) -> Vec<(String, u64, u64)> {
+        let map = refs.iter().map(|(r, o)| (r.to_string(), *o)).collect();
+        let mut t = Translation::new(&map);
+        for o in published {
+            t.observe(*o);
+        }
+        let mut out: Vec<_> = t
+            .finish(end, earlier, "q")
+            .into_iter()
+            .map(|t| (t.reference, t.from, t.to))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn each_reference_goes_to_the_first_restored_record_at_or_after_it() {
+        // Source offsets 100..=109 restored into a stream that held 5 messages: 5..=14.
+        let published: Vec<u64> = (100..110).collect();
+        assert_eq!(
+            translate(&[("a", 100), ("b", 104), ("c", 109)], &published, 15, 0),
+            vec![
+                ("a".into(), 100, 5),
+                ("b".into(), 104, 9),
+                ("c".into(), 109, 14)
+            ]
+        );
+    }
+
+    #[test]
+    fn gaps_before_and_after_the_restored_records() {
+        // Offsets 10, 20, 30 restored (a time window or retention left the others out) into
+        // an empty stream: 0, 1, 2.
+        assert_eq!(
+            translate(
+                &[("before", 3), ("gap", 15), ("exact", 20), ("after", 99)],
+                &[10, 20, 30],
+                3,
+                0
+            ),
+            vec![
+                ("after".into(), 99, 2),
+                ("before".into(), 3, 0),
+                ("exact".into(), 20, 1),
+                ("gap".into(), 15, 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn references_among_an_earlier_runs_records_are_left_out() {
+        // An earlier run restored 0..=4; this one 5..=9 into offsets 105..=109.
+        assert_eq!(
+            translate(&[("old", 2), ("new", 7)], &[5, 6, 7, 8, 9], 110, 5),
+            vec![("new".into(), 7, 107)]
+        );
+    }
+
+    #[test]
+    fn nothing_published_translates_nothing() {
+        assert!(translate(&[("a", 1)], &[], 0, 0).is_empty());
+        assert!(translate(&[], &[1, 2], 2, 0).is_empty());
+    }
+}
