@@ -39,6 +39,7 @@ enum Command {
     List(ListCmd),
     Describe(DescribeCmd),
     Validate(ValidateCmd),
+    Cat(inspect::cat::CatCmd),
 }
 
 /// Run a backup: read every selected queue without removing a message, write segments, the
@@ -311,6 +312,7 @@ fn run(command: Command) -> Result<i32> {
             print!("{}", report.render(cmd.format)?);
             Ok(if report.is_valid() { 0 } else { EXIT_DAMAGED })
         }
+        Command::Cat(cmd) => cmd.run(),
     }
 }
 

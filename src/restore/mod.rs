@@ -18,7 +18,7 @@
 mod plan;
 mod publish;
 mod raw_stream;
-mod segments;
+pub(crate) mod segments;
 mod target;
 
 use crate::amqp::ConnectOptions;
