@@ -43,13 +43,22 @@ enum Command {
 }
 
 /// Run a backup: read every selected queue without removing a message, write segments, the
-/// definitions and, last, the manifest.
+/// definitions and, last, the manifest. With --dry-run, only print the plan.
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "backup")]
 struct BackupCmd {
     /// the YAML configuration file (mode: backup)
     #[argh(option)]
     config: PathBuf,
+    /// print the plan and exit 0: the queues and streams that would be read (vhost, name,
+    /// type, depth and bytes from the management API, estimated stored size), the selected
+    /// ones that would be skipped and why, and the storage prefix. Reads no message, writes
+    /// nothing, takes no lock.
+    #[argh(switch)]
+    dry_run: bool,
+    /// output format of --dry-run: table (default) or json
+    #[argh(option, default = "Format::Table")]
+    format: Format,
 }
 
 /// Run a restore: publish the messages of a backup to the target broker, optionally with its
@@ -269,6 +278,11 @@ fn run(command: Command) -> Result<i32> {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
+            if cmd.dry_run {
+                let plan = backup::dry_run::plan(&cfg)?;
+                print!("{}", plan.render(cmd.format == Format::Json)?);
+                return Ok(0);
+            }
             let _metrics = start_metrics(&cfg)?;
             crate::signals::install()?;
             let storage = storage::open_config(&cfg.storage)?;

@@ -12,11 +12,13 @@
 //!
 //! - this file: the job (run lock, manifest, definitions, the queue threads, the summary);
 //! - `select`: which queues are read, and which selected ones are skipped and why;
+//! - `dry_run`: `backup --dry-run`, the plan of a backup from the selection alone;
 //! - `queue`: one queue's connection, read and record batches;
 //! - `segments`: encoding, compression into segments, rotation, and the uploaders.
 
 mod alarm;
 mod conns;
+pub mod dry_run;
 mod queue;
 mod resume;
 mod retry;
