@@ -175,6 +175,7 @@ fn run_job(
                     break;
                 };
                 let mut entry = summary.queues[*index].clone();
+                let _log = crate::logging::queue_scope(&entry.source_vhost, &entry.source_queue);
                 let checkpoint = checkpoints.as_ref().map(|cp| QueueCheckpoint {
                     store: cp,
                     key: restore_key(backup_id, &entry),
@@ -218,6 +219,7 @@ fn run_job(
                 failed[i] = true;
                 let q = &summary.queues[i];
                 log::error!(
+                    vhost = q.source_vhost.as_str(), queue = q.source_queue.as_str(), error_type = e.error_type();
                     "queue {} in vhost {} failed: {e}",
                     q.source_queue,
                     q.source_vhost
