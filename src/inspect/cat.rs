@@ -32,7 +32,7 @@ use std::sync::atomic::AtomicU64;
 #[argh(
     subcommand,
     name = "cat",
-    example = "{command_name} --path file:///var/backups/rabbitmq --backup-id nightly --queue orders --limit 10\n{command_name} --path file:///var/backups/rabbitmq --backup-id nightly --since 2026-11-25T10:00:00Z --until 1764068286123 | jq .body\n{command_name} --path file:///var/backups/rabbitmq --backup-id nightly --queue orders --format body --delimiter '\\0' | xargs -0 -n1 echo",
+    example = "{command_name} --path file:///var/backups/rabbitmq --backup-id nightly --queue orders --limit 10\n{command_name} --path file:///var/backups/rabbitmq --backup-id nightly --since 2026-11-25T10:00:00Z --until 1795610000000 | jq .body\n{command_name} --path file:///var/backups/rabbitmq --backup-id nightly --queue orders --format body --delimiter '\\0' | xargs -0 -n1 echo",
     note = "Records come in backup order: queues sorted by vhost and name, each queue's records in the order they were read. --since and --until take epoch milliseconds or RFC 3339 times and compare them with each record's backed_up_at (when the backup captured it), both ends included, as restore.time_window_start/end do. Every segment read is verified first (CRC32, SHA-256, record count): a damaged one stops the command with a Serialization error, exit 1. A --vhost or --queue that the backup does not hold is exit 2."
 )]
 pub struct CatCmd {
@@ -60,8 +60,8 @@ pub struct CatCmd {
     /// output format: jsonl (default, one JSON object per record) or body (raw bodies)
     #[argh(option, default = "CatFormat::Jsonl")]
     format: CatFormat,
-    /// what follows each body with --format body (default a newline); \n, \r, \t, \0 and \\
-    /// are understood
+    /// what follows each body with --format body (default a newline); \n, \r, \t, \0 and a
+    /// doubled backslash are understood
     #[argh(option, default = "String::from(\"\\\\n\")")]
     delimiter: String,
 }
