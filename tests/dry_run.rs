@@ -28,6 +28,7 @@ fn dry_run_shows_queues_and_skipped_ones_and_writes_nothing() {
     let ch = conn.open_channel().unwrap();
     declare(&ch, "orders", "classic", FieldTable::new());
     declare(&ch, "events", "quorum", FieldTable::new());
+    declare(&ch, "ticks", "stream", FieldTable::new());
     declare(
         &ch,
         "limited",
@@ -79,7 +80,8 @@ fn dry_run_shows_queues_and_skipped_ones_and_writes_nothing() {
     assert_eq!(v["compression"], "zstd");
     let queues = v["queues"].as_array().unwrap();
     let names: Vec<&str> = queues.iter().map(|q| q["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["events", "orders"]);
+    assert_eq!(names, ["events", "orders", "ticks"]);
+    assert_eq!(queues[2]["queue_type"], "stream");
     let orders = &queues[1];
     assert_eq!(orders["vhost"], vh.name.as_str());
     assert_eq!(orders["queue_type"], "classic");

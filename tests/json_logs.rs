@@ -126,6 +126,33 @@ fn a_backup_logs_json_lines_with_their_fields_and_no_secret() {
         .starts_with("json-logs/queues/")));
     println!("{}", stderr.lines().take(12).collect::<Vec<_>>().join("\n"));
 
+    // A restore of it into a sibling vhost: its lines carry backup_id, and its queue lines
+    // the source vhost and queue.
+    let target = vh.sibling("target");
+    let r = write_config(
+        dir.path(),
+        "r.yaml",
+        &restore_yaml(
+            id,
+            &store,
+            &format!(
+                "  publish_mode: direct-to-queue\n  restore_definitions: true\n  definitions_selection:\n    vhosts: [\"{v}\"]\n  vhost_mapping:\n    \"{v}\": \"{target}\"\n",
+                v = vh.name
+            ),
+        ),
+    );
+    let out = run_cli(&["-v", "restore", "--config", &r, "--log-format", "json"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let lines = json_lines(&stderr);
+    assert!(lines.iter().all(|l| l["backup_id"] == id), "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["queue"] == "q1" && l["vhost"] == vh.name.as_str()),
+        "{stderr}"
+    );
+
     // The environment variable, and the error a command ends with, as JSON with its type.
     let out = run_cli_env(
         &[

@@ -368,6 +368,7 @@ fn restore_queue(
     let (decoded, published) = std::thread::scope(|s| {
         // The sender moves into the decoder: when it ends, the publisher's loop ends.
         let decoder = spawn_named(s, "segment-decoder", move || {
+            let _log = crate::logging::queue_scope(&backup.vhost, &backup.name);
             decode_segments(
                 opts,
                 storage,
