@@ -9,7 +9,6 @@ use crate::metrics::server::MetricsServer;
 use crate::storage::{self, Storage};
 use crate::{backup, restore};
 use argh::FromArgs;
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -19,7 +18,7 @@ use std::sync::Arc;
 #[argh(
     help_triggers("-h", "--help"),
     example = "{command_name} backup --config backup.yaml\n{command_name} validate --path file:///var/backups/rabbitmq --backup-id nightly --deep\n{command_name} restore --config restore.yaml",
-    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). See README.md for the configuration file (TLS to the broker: amqps:// URLs and source.tls / target.tls). --version prints the version and the git commit of the build."
+    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). Logs go to stderr as text, or with --log-format json (anywhere on the line; or RMQ_BACKUP_LOG_FORMAT=json) as one JSON object per line: timestamp (RFC 3339, ms), level, target, message, and backup_id, vhost, queue, segment, error_type where a line is about them. See README.md for the configuration file (TLS to the broker: amqps:// URLs and source.tls / target.tls). --version prints the version and the git commit of the build."
 )]
 struct Cli {
     /// more output: -v debug, -vv trace (AMQP frames, storage operations, segment details);
@@ -39,16 +38,26 @@ enum Command {
     List(ListCmd),
     Describe(DescribeCmd),
     Validate(ValidateCmd),
+    Cat(inspect::cat::CatCmd),
 }
 
 /// Run a backup: read every selected queue without removing a message, write segments, the
-/// definitions and, last, the manifest.
+/// definitions and, last, the manifest. With --dry-run, only print the plan.
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "backup")]
 struct BackupCmd {
     /// the YAML configuration file (mode: backup)
     #[argh(option)]
     config: PathBuf,
+    /// print the plan and exit 0: the queues and streams that would be read (vhost, name,
+    /// type, depth and bytes from the management API, estimated stored size), the selected
+    /// ones that would be skipped and why, and the storage prefix. Reads no message, writes
+    /// nothing, takes no lock.
+    #[argh(switch)]
+    dry_run: bool,
+    /// output format of --dry-run: table (default) or json
+    #[argh(option, default = "Format::Table")]
+    format: Format,
 }
 
 /// Run a restore: publish the messages of a backup to the target broker, optionally with its
@@ -151,63 +160,6 @@ pub fn preprocess(args: &[String]) -> (u8, Vec<String>) {
     (verbosity, rest)
 }
 
-/// Logging to stderr: info by default, `-v` debug, `-vv` trace for this crate (and libraries
-/// too at trace, but HTTP clients never above info), `RUST_LOG` instead when set. On a terminal, records go through
-/// [`crate::progress::LogWriter`] so that they never mix with the progress display.
-fn init_logging(verbosity: u8) {
-    let mut b = env_logger::Builder::new();
-    if std::io::stderr().is_terminal() {
-        b.target(env_logger::Target::Pipe(Box::new(
-            crate::progress::LogWriter,
-        )));
-    } else {
-        b.target(env_logger::Target::Stderr);
-    }
-    match std::env::var("RUST_LOG") {
-        Ok(spec) if !spec.is_empty() => {
-            b.parse_filters(&spec);
-        }
-        _ => {
-            let level = match verbosity {
-                0 => log::LevelFilter::Info,
-                1 => log::LevelFilter::Debug,
-                _ => log::LevelFilter::Trace,
-            };
-            // Our own crate at the chosen level; libraries stay quieter unless -vv.
-            b.filter_level(if verbosity >= 2 {
-                level
-            } else {
-                log::LevelFilter::Warn
-            });
-            b.filter_module("rmq_backup", level);
-        }
-    }
-    // HTTP clients print whole URLs (a SAS signature, an STS web-identity token in a query),
-    // request heads (bearer tokens) and response bodies (OAuth access tokens) at debug and
-    // trace: they are capped at info whatever -vv or RUST_LOG asks for. Our own storage trace
-    // lines say what was requested, without secrets.
-    for module in [
-        "ureq",
-        "ureq_proto",
-        "attohttpc",
-        "s3",
-        "awscreds",
-        "aws_creds",
-    ] {
-        b.filter_module(module, log::LevelFilter::Info);
-    }
-    b.format(|buf, record| {
-        writeln!(
-            buf,
-            "{} {:<5} {}",
-            buf.timestamp_millis(),
-            record.level(),
-            record.args()
-        )
-    });
-    let _ = b.try_init();
-}
-
 /// `rmq-backup <version> (commit <git commit>)`: what `--version` prints. The commit is the one
 /// the binary was built from (`build.rs`; `-modified` when the tree had uncommitted changes,
 /// `unknown` outside a git checkout).
@@ -223,7 +175,14 @@ pub fn version() -> String {
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().collect();
     let program = args.first().cloned().unwrap_or_else(|| "rmq-backup".into());
-    let (verbosity, rest) = preprocess(args.get(1..).unwrap_or_default());
+    let (verbosity, mut rest) = preprocess(args.get(1..).unwrap_or_default());
+    let log_format = match crate::logging::take_log_format(&mut rest) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("Configuration error: {e}");
+            return 2;
+        }
+    };
     let name = std::path::Path::new(&program)
         .file_name()
         .and_then(|n| n.to_str())
@@ -250,11 +209,11 @@ pub fn main() -> i32 {
             };
         }
     };
-    init_logging(verbosity + u8::from(cli.verbose));
+    crate::logging::init(verbosity + u8::from(cli.verbose), log_format);
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{e}");
+            crate::logging::report_error(&e);
             // A job stopped by SIGTERM or SIGINT exits 143 or 130, whatever error it ended with.
             crate::signals::requested().map_or(e.exit_code(), crate::signals::exit_code)
         }
@@ -268,6 +227,12 @@ fn run(command: Command) -> Result<i32> {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
+            crate::logging::set_backup_id(&cfg.backup_id);
+            if cmd.dry_run {
+                let plan = backup::dry_run::plan(&cfg)?;
+                print!("{}", plan.render(cmd.format == Format::Json)?);
+                return Ok(0);
+            }
             let _metrics = start_metrics(&cfg)?;
             crate::signals::install()?;
             let storage = storage::open_config(&cfg.storage)?;
@@ -284,6 +249,7 @@ fn run(command: Command) -> Result<i32> {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
+            crate::logging::set_backup_id(&cfg.backup_id);
             let _metrics = start_metrics(&cfg)?;
             crate::signals::install()?;
             let storage = storage::open_config(&cfg.storage)?;
@@ -311,6 +277,7 @@ fn run(command: Command) -> Result<i32> {
             print!("{}", report.render(cmd.format)?);
             Ok(if report.is_valid() { 0 } else { EXIT_DAMAGED })
         }
+        Command::Cat(cmd) => cmd.run(),
     }
 }
 
@@ -326,7 +293,7 @@ fn start_metrics(cfg: &Config) -> Result<Option<MetricsServer>> {
 /// A configuration file that cannot be read, parsed or validated is bad usage: exit 2,
 /// whatever the category of the error (`Serialization error:` for YAML).
 fn config_failure(e: &Error) -> i32 {
-    eprintln!("{e}");
+    crate::logging::report_error(e);
     2
 }
 

@@ -26,6 +26,7 @@ pub mod definitions;
 pub mod error;
 pub mod inspect;
 pub mod lock;
+pub mod logging;
 pub mod management;
 pub mod manifest;
 pub mod metrics;

@@ -12,11 +12,13 @@
 //!
 //! - this file: the job (run lock, manifest, definitions, the queue threads, the summary);
 //! - `select`: which queues are read, and which selected ones are skipped and why;
+//! - `dry_run`: `backup --dry-run`, the plan of a backup from the selection alone;
 //! - `queue`: one queue's connection, read and record batches;
 //! - `segments`: encoding, compression into segments, rotation, and the uploaders.
 
 mod alarm;
 mod conns;
+pub mod dry_run;
 mod queue;
 mod resume;
 mod retry;
@@ -304,7 +306,10 @@ fn run_job(
             Ok(None) => deleted.push(format!("queue {} in vhost {}", info.name, info.vhost)),
             Err(e) => {
                 failures += 1;
-                log::error!("queue {} in vhost {} failed: {e}", info.name, info.vhost);
+                log::error!(
+                    vhost = info.vhost.as_str(), queue = info.name.as_str(), error_type = e.error_type();
+                    "queue {} in vhost {} failed: {e}", info.name, info.vhost
+                );
                 metrics::global().error(&info.name, &info.vhost, &e);
                 first_error.get_or_insert(e);
             }
@@ -535,6 +540,7 @@ fn read_queues(
     loop {
         let i = next.fetch_add(1, Ordering::SeqCst) as usize;
         let Some(q) = queues.get(i) else { break };
+        let _log = crate::logging::queue_scope(&q.vhost, &q.name);
         let r = match crate::signals::stop_reason("backup") {
             Some(why) => Err(Error::Io(why)),
             None if ctx.stop.reason().is_some() => {

@@ -378,6 +378,7 @@ mod tests {
             effective_policy_definition: Default::default(),
             node: None,
             state: None,
+            message_bytes: 0,
         };
         let o = |a, b| Some((a, b));
         // By offsets: 1..3 follow each other; 5 starts after a hole (segment 4's offsets).

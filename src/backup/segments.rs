@@ -156,6 +156,7 @@ pub(super) fn build_segments(
     uploads: &Sender<Upload>,
     after: u64,
 ) -> Result<Vec<SegmentMetadata>> {
+    let _log = crate::logging::queue_scope(&q.vhost, &q.name);
     let max_bytes = ctx.opts.segment_max_bytes;
     let max_age = Duration::from_millis(ctx.opts.segment_max_interval_ms);
     let stream = q.queue_type == Some(crate::broker::QueueType::Stream);
@@ -333,6 +334,7 @@ pub(super) fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage, lock: &Run
         let path = job.writer.path().to_path_buf();
         let result = job.writer.finish().and_then(|finished| {
             log::debug!(
+                segment = job.key.as_str();
                 "segment {}: {} records, {} bytes ({} uncompressed)",
                 job.key,
                 finished.record_count,
@@ -350,6 +352,7 @@ pub(super) fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage, lock: &Run
             job.metrics.segments_written.inc();
             job.metrics.segments_bytes.add(finished.size_bytes);
             log::trace!(
+                segment = job.key.as_str();
                 "segment {} stored: sha256 {}, timestamps {:?}..{:?}",
                 job.key,
                 finished.checksum,

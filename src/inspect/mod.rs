@@ -1,4 +1,4 @@
-//! The inspection commands `list`, `describe` and `validate [--deep]` (SPEC.md "Command-line
+//! The inspection commands `list`, `describe`, `validate [--deep]` and `cat` (`cat.rs`) (SPEC.md "Command-line
 //! surface", "Integrity verification order on read"). Each returns text for people (a table) or
 //! JSON for scripts; `validate` returns a report whose `problems` decide exit code 3.
 
@@ -6,10 +6,12 @@ use crate::error::{Error, Result};
 use crate::manifest::{self, Manifest};
 use crate::now_ms;
 use crate::storage::Storage;
-use crate::units::{format_ms, human_bytes};
+use crate::units::{format_ms, human_bytes, table as render};
 use serde::Serialize;
 use std::fmt::Write as _;
 
+pub mod cat;
+pub mod cat_json;
 mod validate;
 use validate::{is_damage, report_problem};
 pub use validate::{validate, Problem, ValidationReport};
@@ -315,36 +317,6 @@ fn to_json<T: Serialize>(v: &T) -> Result<String> {
         .map_err(|e| Error::Serialization(format!("output: {e}")))?;
     s.push('\n');
     Ok(s)
-}
-
-/// Renders rows under headers with columns padded to their widest cell.
-fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: Vec<&str>| {
-        let mut l = String::new();
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                l.push_str(cell);
-            } else {
-                let pad = w - cell.chars().count();
-                l.push_str(cell);
-                l.push_str(&" ".repeat(pad + 2));
-            }
-        }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
-    line(headers.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
-    }
-    out
 }
 
 #[cfg(test)]

@@ -44,6 +44,9 @@ pub struct QueueInfo {
     pub node: Option<String>,
     /// `state` (`running`, `down` when its node is gone, ...); `None` before statistics.
     pub state: Option<String>,
+    /// `message_bytes`: the bodies of its messages, ready and unacknowledged, in bytes (0 when
+    /// the statistics do not have it yet; streams report their log size).
+    pub message_bytes: u64,
 }
 
 /// The queue object as the API sends it; every field optional since `columns` and stats vary.
@@ -79,6 +82,8 @@ pub(super) struct RawQueue {
     leader: Option<String>,
     #[serde(default)]
     state: Option<String>,
+    #[serde(default)]
+    message_bytes: Option<u64>,
 }
 
 /// Turns a JSON value into a map; `[]` (how the broker sometimes renders an empty map) and `null`
@@ -117,6 +122,7 @@ impl From<RawQueue> for QueueInfo {
             effective_policy_definition: value_to_map(r.effective_policy_definition),
             node: r.leader.or(r.node).filter(|n| !n.is_empty()),
             state: r.state,
+            message_bytes: r.message_bytes.unwrap_or(0),
         }
     }
 }

@@ -19,7 +19,7 @@ mod offsets;
 mod plan;
 mod publish;
 mod raw_stream;
-mod segments;
+pub(crate) mod segments;
 mod target;
 
 use crate::amqp::ConnectOptions;
@@ -176,6 +176,7 @@ fn run_job(
                     break;
                 };
                 let mut entry = summary.queues[*index].clone();
+                let _log = crate::logging::queue_scope(&entry.source_vhost, &entry.source_queue);
                 let checkpoint = checkpoints.as_ref().map(|cp| QueueCheckpoint {
                     store: cp,
                     key: restore_key(backup_id, &entry),
@@ -219,6 +220,7 @@ fn run_job(
                 failed[i] = true;
                 let q = &summary.queues[i];
                 log::error!(
+                    vhost = q.source_vhost.as_str(), queue = q.source_queue.as_str(), error_type = e.error_type();
                     "queue {} in vhost {} failed: {e}",
                     q.source_queue,
                     q.source_vhost
@@ -393,6 +395,7 @@ fn restore_queue(
     let (decoded, published) = std::thread::scope(|s| {
         // The sender moves into the decoder: when it ends, the publisher's loop ends.
         let decoder = spawn_named(s, "segment-decoder", move || {
+            let _log = crate::logging::queue_scope(&backup.vhost, &backup.name);
             decode_segments(
                 opts,
                 storage,

@@ -68,7 +68,7 @@ type Pending = (crossbeam_channel::Receiver<Result<Vec<BackupRecord>>>, u64);
 /// order (bounded channels: a few 1 MiB chunks in flight). Either way [`Forward`] applies the
 /// window and the skip and sends batches to the publisher.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn decode_segments(
+pub(crate) fn decode_segments(
     opts: &RestoreOptions,
     storage: &dyn Storage,
     spool: &Path,
