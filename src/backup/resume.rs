@@ -168,15 +168,18 @@ pub(super) fn start_queue(ctx: &QueueContext, q: &QueueInfo) -> Result<u64> {
 }
 
 /// The stored segments an earlier run recorded for a stream, up to the first that does not
-/// follow the one before it: its first offset is not the next after the last offset of the
-/// one before (or, without offsets, an older database, its sequence number is not the next).
+/// follow the one before it (`manifest::stream_segment_follows`; without offsets, an older
+/// database, its sequence number is not the next).
 fn unbroken_prefix(q: &QueueInfo, segments: Vec<StoredSegment>) -> Vec<StoredSegment> {
     let mut kept: Vec<StoredSegment> = Vec::with_capacity(segments.len());
     for s in segments {
         let follows = match (kept.last(), s.offsets) {
             (None, _) => true,
             (Some(prev), Some((first, _))) => match prev.offsets {
-                Some((_, last)) => last.checked_add(1) == Some(first),
+                Some((_, last)) => crate::manifest::stream_segment_follows(
+                    (prev.metadata.sequence, last),
+                    (s.metadata.sequence, first),
+                ),
                 None => prev.metadata.sequence + 1 == s.metadata.sequence,
             },
             (Some(prev), None) => prev.metadata.sequence + 1 == s.metadata.sequence,

@@ -4,7 +4,8 @@
 //!
 //! Gaps are damage too: a queue's segments are numbered without a hole (they come from one
 //! run; a stream's may skip the numbers of a killed run's unrecorded segments), and with
-//! `--deep` a stream's records carry consecutive offsets from its first to its last.
+//! `--deep` a stream's records carry rising offsets and each segment follows the one before
+//! (`manifest::stream_segment_follows`: offsets no message takes are not damage).
 
 use super::{read_manifest, render, status, to_json, Format};
 use crate::error::{Error, Result};
@@ -179,8 +180,8 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
     let mut checked = checked.into_iter();
     for q in &m.queues {
         let stream = q.queue_type == crate::broker::QueueType::Stream;
-        // The tag of the last record of the segment before (a stream's offset).
-        let mut last_tag: Option<(u64, &str)> = None;
+        // The segment before: its number, the tag of its last record (a stream's offset), key.
+        let mut last_tag: Option<(u64, u64, &str)> = None;
         for s in &q.segments {
             report.segments_checked += 1;
             match checked.next().flatten() {
@@ -192,8 +193,8 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
                     if let Some(e) = c.gap {
                         problems.push(problem(&s.key, e));
                     }
-                    if let (Some((last, key)), Some((first, _))) = (last_tag, c.tags) {
-                        if last.checked_add(1) != Some(first) {
+                    if let (Some((seq, last, key)), Some((first, _))) = (last_tag, c.tags) {
+                        if !manifest::stream_segment_follows((seq, last), (s.sequence, first)) {
                             problems.push(problem(
                                 &s.key,
                                 Error::Serialization(format!(
@@ -204,7 +205,7 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
                         }
                     }
                     if let Some((_, last)) = c.tags {
-                        last_tag = Some((last, &s.key));
+                        last_tag = Some((s.sequence, last, &s.key));
                     }
                 }
                 Some(Err(e)) => problems.push(problem(&s.key, e)),
@@ -245,7 +246,7 @@ struct SegmentCheck {
     records: u64,
     /// Delivery tags of its first and last records (a stream's offsets).
     tags: Option<(u64, u64)>,
-    /// Consecutive records whose tags do not follow each other (meaningful for streams).
+    /// Records whose tags do not rise (meaningful for streams).
     gap: Option<Error>,
 }
 
@@ -354,9 +355,10 @@ fn check_segment_deep(
             c.tags = Some(match c.tags {
                 None => (tag, tag),
                 Some((first, last)) => {
-                    if c.gap.is_none() && last.checked_add(1) != Some(tag) {
+                    // A stream's offsets may skip what no message takes; never go back.
+                    if c.gap.is_none() && tag <= last {
                         c.gap = Some(Error::Serialization(format!(
-                            "record {} has offset {tag} after offset {last}: offsets are missing or repeated",
+                            "record {} has offset {tag} after offset {last}: offsets repeat or go back",
                             c.records
                         )));
                     }
