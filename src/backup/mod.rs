@@ -45,7 +45,7 @@ use crate::shard::Shard;
 use crate::spool::{spawn_named, SpoolDir};
 use crate::storage::Storage;
 use crossbeam_channel::bounded;
-use queue::backup_queue;
+use queue::{backup_queue, Outcome, Storing};
 use run_state::{refuse_to_overwrite, trust_checkpoints, Found, ManifestWriter, Target};
 use segments::{uploader, Upload};
 use select::select_queues;
@@ -473,8 +473,10 @@ impl QueueContext<'_> {
     }
 }
 
-/// Backs up `queues` with at most `max_concurrent_queues` threads, and uploader threads for the
-/// finished segments. Results are in the order of `queues`.
+/// Backs up `queues` with at most `max_concurrent_queues` threads, uploader threads for the
+/// finished segments, and one thread that completes each queue once its segments are stored
+/// (`queue::Storing`), while its queue thread reads the next. Results are in the order of
+/// `queues`.
 fn run_queues(
     ctx: &QueueContext,
     storage: Arc<dyn Storage>,
@@ -489,6 +491,7 @@ fn run_queues(
     };
     let workers = limit.min(queues.len()).max(1);
     let (upload_tx, upload_rx) = bounded::<Upload>(workers * 2);
+    let (storing_tx, storing_rx) = bounded::<(usize, Storing)>(STORING);
     let next = AtomicU64::new(0);
     // Queue threads still reading; the alarm watch ends with the last.
     let running = &AtomicUsize::new(workers);
@@ -503,19 +506,29 @@ fn run_queues(
             });
         }
         drop(upload_rx);
+        let results = &results;
+        spawn_named(s, "queue-finish", move || {
+            for (i, storing) in storing_rx {
+                let r = storing.finish().map(Some);
+                if let Ok(mut all) = results.lock() {
+                    all[i] = Some(r);
+                }
+            }
+        });
         spawn_named(s, "alarm-watch", move || {
             alarm::watch(ctx.mgmt, &ctx.stop, &|| running.load(Ordering::SeqCst) == 0)
         });
         for thread in 0..workers {
             let upload_tx = upload_tx.clone();
+            let storing_tx = storing_tx.clone();
             let next = &next;
-            let results = &results;
             spawn_named(s, "queue-reader", move || {
-                read_queues(ctx, queues, next, results, &upload_tx, thread);
+                read_queues(ctx, queues, next, results, &upload_tx, &storing_tx, thread);
                 running.fetch_sub(1, Ordering::SeqCst);
             });
         }
         drop(upload_tx);
+        drop(storing_tx);
     });
     results
         .into_inner()
@@ -525,15 +538,21 @@ fn run_queues(
         .collect()
 }
 
+/// Queues read and not yet complete (their segments on their way to storage) that the queue
+/// threads may hand on before they wait: the upload channel bounds the spool files; this
+/// bounds the bookkeeping.
+const STORING: usize = 256;
+
 /// Queue thread `thread` of [`run_queues`]: backs up the next queue not taken yet, until none
-/// is left, its result stored at the queue's index; classic and quorum queues on one reused
-/// connection (`conns`).
-fn read_queues(
-    ctx: &QueueContext,
-    queues: &[QueueInfo],
+/// is left, its result stored at the queue's index (or handed to `storing` until its segments
+/// are stored); classic and quorum queues on one reused connection (`conns`).
+fn read_queues<'a>(
+    ctx: &'a QueueContext<'a>,
+    queues: &'a [QueueInfo],
     next: &AtomicU64,
     results: &Mutex<Vec<Option<Result<Option<QueueBackup>>>>>,
     upload_tx: &crossbeam_channel::Sender<Upload>,
+    storing: &crossbeam_channel::Sender<(usize, Storing<'a>)>,
     thread: usize,
 ) {
     let mut conns = conns::ThreadConnection::new(thread);
@@ -554,11 +573,20 @@ fn read_queues(
                     }
                     r
                 } else if ctx.opts.stream_enabled {
-                    stream::backup_stream(ctx, q, upload_tx)
+                    stream::backup_stream(ctx, q, upload_tx).map(|b| b.map(Outcome::Done))
                 } else {
-                    stream_amqp::backup_stream_amqp(ctx, q, upload_tx)
+                    stream_amqp::backup_stream_amqp(ctx, q, upload_tx).map(|b| b.map(Outcome::Done))
                 }
             }),
+        };
+        let r = match r {
+            Ok(Some(Outcome::Storing(storing_queue))) => match storing.send((i, storing_queue)) {
+                Ok(()) => continue,
+                Err(_) => Err(Error::Io("queue finishing thread stopped".into())),
+            },
+            Ok(Some(Outcome::Done(b))) => Ok(Some(b)),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
         };
         if let Ok(mut all) = results.lock() {
             all[i] = Some(r);

@@ -1,10 +1,12 @@
 //! One queue's backup: a channel on its queue thread's connection (`super::conns`), the read (`crate::reader`), and the batches of
-//! records handed to the queue's segment builder (`super::segments`).
+//! records handed to the queue's segment builder (`super::segments`). Once the read is over
+//! (every message back in the queue), the queue thread goes on to its next queue while its
+//! last segments are stored: [`Storing::finish`] completes the queue once they are.
 
 use super::conns::ThreadConnection;
 use super::resume;
-use super::segments::{build_segments, Batches, Upload};
-use super::unacked;
+use super::segments::{build_segments, Batches, Stored, Upload};
+use super::unacked::{self, AtStart};
 use super::{LeftOut, QueueContext};
 use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
@@ -23,14 +25,31 @@ use std::time::Instant;
 /// Batches in flight between a queue thread and its segment builder.
 const BATCH_CHANNEL: usize = 4;
 
+/// What a queue thread hands on: a queue backed up earlier (a rerun's), or one whose read is
+/// over and whose segments are being stored.
+pub(super) enum Outcome<'a> {
+    Done(QueueBackup),
+    Storing(Storing<'a>),
+}
+
+/// A queue read to its depth at start, its last segments perhaps still on their way to
+/// storage.
+pub(super) struct Storing<'a> {
+    ctx: &'a QueueContext<'a>,
+    q: &'a QueueInfo,
+    kind: QueueType,
+    at_start: AtStart,
+    segments: Stored<'a>,
+}
+
 /// Backs up one queue on the queue thread's connection `conns`. `Ok(None)`: the queue was
 /// deleted after it was listed.
-pub(super) fn backup_queue(
-    ctx: &QueueContext,
-    q: &QueueInfo,
+pub(super) fn backup_queue<'a>(
+    ctx: &'a QueueContext<'a>,
+    q: &'a QueueInfo,
     uploads: &Sender<Upload>,
     conns: &mut ThreadConnection,
-) -> Result<Option<QueueBackup>> {
+) -> Result<Option<Outcome<'a>>> {
     let kind = q.queue_type.unwrap_or(QueueType::Classic);
     if !ctx.opts.stop_at_current_depth {
         log::warn!(
@@ -41,7 +60,7 @@ pub(super) fn backup_queue(
         );
     }
     if let Some(done) = resume::completed_earlier(ctx, q, kind)? {
-        return Ok(Some(done));
+        return Ok(Some(Outcome::Done(done)));
     }
     let after = resume::start_queue(ctx, q)?;
     let mut strategy = ctx.opts.requeue_strategy;
@@ -162,28 +181,53 @@ pub(super) fn backup_queue(
             segments
         }
     };
-    if let Some(cp) = ctx.checkpoints {
-        cp.complete_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)?;
-    }
-    let mut backup = QueueBackup::from_segments(&q.vhost, &q.name, kind, segments);
-    backup.messages_unacknowledged_at_start = Some(at_start.unacknowledged);
-    if let Some((messages, reason)) = at_start.left_out {
-        backup.messages_left_out = Some(messages);
-        metrics::global()
-            .messages_left_out
-            .with([&q.name, &q.vhost, kind.as_str()])
-            .add(messages);
-        if let Ok(mut all) = ctx.left_out.lock() {
-            all.push(LeftOut {
-                vhost: q.vhost.clone(),
-                name: q.name.clone(),
-                queue_type: kind.as_str().to_string(),
-                messages,
-                reason,
-            });
+    Ok(Some(Outcome::Storing(Storing {
+        ctx,
+        q,
+        kind,
+        at_start,
+        segments,
+    })))
+}
+
+impl Storing<'_> {
+    /// Waits until the queue's segments are stored, records the queue complete in the
+    /// checkpoint database, and returns its manifest entry (with its messages left out, if
+    /// any, counted in the metrics and the run's summary).
+    ///
+    /// Errors: a segment's upload error ([`Stored::wait`]); the checkpoint database's.
+    pub(super) fn finish(self) -> Result<QueueBackup> {
+        let Storing {
+            ctx,
+            q,
+            kind,
+            at_start,
+            segments,
+        } = self;
+        let segments = segments.wait()?;
+        if let Some(cp) = ctx.checkpoints {
+            cp.complete_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)?;
         }
+        let mut backup = QueueBackup::from_segments(&q.vhost, &q.name, kind, segments);
+        backup.messages_unacknowledged_at_start = Some(at_start.unacknowledged);
+        if let Some((messages, reason)) = at_start.left_out {
+            backup.messages_left_out = Some(messages);
+            metrics::global()
+                .messages_left_out
+                .with([&q.name, &q.vhost, kind.as_str()])
+                .add(messages);
+            if let Ok(mut all) = ctx.left_out.lock() {
+                all.push(LeftOut {
+                    vhost: q.vhost.clone(),
+                    name: q.name.clone(),
+                    queue_type: kind.as_str().to_string(),
+                    messages,
+                    reason,
+                });
+            }
+        }
+        Ok(backup)
     }
-    Ok(Some(backup))
 }
 
 /// True for the errors of a queue deleted after it was listed: the broker's `NOT_FOUND` on a

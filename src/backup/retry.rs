@@ -15,7 +15,6 @@
 use super::QueueContext;
 use crate::error::{Error, Result};
 use crate::management::QueueInfo;
-use crate::manifest::QueueBackup;
 use std::time::{Duration, Instant};
 
 /// The longest wait between two attempts.
@@ -49,11 +48,11 @@ pub(super) fn backoff(base: Duration, n: u32) -> Duration {
 
 /// Runs `attempt` for `q` until it succeeds, fails with an error that is no lost connection,
 /// the run stops, or the retries are used up; returns its last result.
-pub(super) fn with_retries(
+pub(super) fn with_retries<T>(
     ctx: &QueueContext,
     q: &QueueInfo,
-    mut attempt: impl FnMut() -> Result<Option<QueueBackup>>,
-) -> Result<Option<QueueBackup>> {
+    mut attempt: impl FnMut() -> Result<T>,
+) -> Result<T> {
     let retries = ctx.opts.connection_retries;
     let base = Duration::from_millis(ctx.opts.connection_retry_backoff_ms);
     let mut n = 0u32;

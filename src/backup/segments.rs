@@ -93,8 +93,9 @@ struct Pending {
 /// The segments of one queue: sent to the uploaders in sequence order, and recorded (in the
 /// checkpoint database, when configured) in that order as they are stored, so that the
 /// database never lists segment 5 without segment 4 (a resumed stream starts after the last
-/// segment it lists, `resume::resume_stream`).
-struct Stored<'a> {
+/// segment it lists, `resume::resume_stream`). Returned by [`build_segments`] with the last
+/// segments possibly still on their way to storage: [`Stored::wait`] waits for them.
+pub(super) struct Stored<'a> {
     ctx: &'a QueueContext<'a>,
     q: &'a QueueInfo,
     pending: VecDeque<Pending>,
@@ -102,6 +103,26 @@ struct Stored<'a> {
 }
 
 impl Stored<'_> {
+    /// Waits until every segment is stored (bounded by [`UPLOAD_WAIT`] each), records them,
+    /// and returns their metadata in sequence order.
+    ///
+    /// Errors: the first segment's upload error, in sequence order; `Error::Storage` for a
+    /// segment not stored within [`UPLOAD_WAIT`].
+    pub(super) fn wait(mut self) -> Result<Vec<SegmentMetadata>> {
+        self.record(true)?;
+        Ok(self.done)
+    }
+
+    /// The number of segments, stored or on their way.
+    pub(super) fn len(&self) -> usize {
+        self.done.len() + self.pending.len()
+    }
+
+    /// True when the queue has no segment.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Records the stored segments at the head of the queue of pending ones; with `wait`,
     /// every one (bounded by [`UPLOAD_WAIT`] each).
     fn record(&mut self, wait: bool) -> Result<()> {
@@ -145,17 +166,18 @@ impl Stored<'_> {
 
 /// Receives batches of records, encodes them, appends them to the current segment,
 /// rotates on `segment_max_bytes` / `segment_max_interval_ms`, hands finished segments to the
-/// uploaders, records each once it and every one before it are stored, and returns their
-/// metadata in sequence order once all are stored. Segments are numbered from `after + 1` (a
-/// rerun never overwrites an earlier run's segment).
-pub(super) fn build_segments(
-    ctx: &QueueContext,
-    q: &QueueInfo,
+/// uploaders, records each once it and every one before it are stored, and returns them once
+/// the batches end, the last ones perhaps still on their way to storage ([`Stored::wait`]:
+/// a queue thread goes on to its next queue meanwhile). Segments are numbered from
+/// `after + 1` (a rerun never overwrites an earlier run's segment).
+pub(super) fn build_segments<'a>(
+    ctx: &'a QueueContext<'a>,
+    q: &'a QueueInfo,
     m: &BackupQueueMetrics,
     batches: Receiver<Vec<BackupRecord>>,
     uploads: &Sender<Upload>,
     after: u64,
-) -> Result<Vec<SegmentMetadata>> {
+) -> Result<Stored<'a>> {
     let _log = crate::logging::queue_scope(&q.vhost, &q.name);
     let max_bytes = ctx.opts.segment_max_bytes;
     let max_age = Duration::from_millis(ctx.opts.segment_max_interval_ms);
@@ -297,8 +319,8 @@ pub(super) fn build_segments(
         stored.record(false)?;
     }
     rotate(&mut current, &mut sequence, &mut stored, "end of queue")?;
-    stored.record(true)?;
-    Ok(stored.done)
+    stored.record(false)?;
+    Ok(stored)
 }
 
 /// The segment being written.

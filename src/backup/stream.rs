@@ -171,7 +171,7 @@ pub(super) fn backup_stream(
     let (batch_tx, batch_rx) = bounded::<Vec<BackupRecord>>(4);
     let (read, built) = std::thread::scope(|s| {
         let builder = spawn_named(s, "segment-builder", || {
-            build_segments(ctx, q, &m, batch_rx, uploads, after)
+            build_segments(ctx, q, &m, batch_rx, uploads, after).and_then(|s| s.wait())
         });
         let read = match end {
             Some(None) => Ok((0, None)),
