@@ -66,6 +66,23 @@ pub trait Storage: Send + Sync {
     /// Deletes `key`; deleting a missing key succeeds (as on object stores).
     fn delete(&self, key: &str) -> Result<()>;
 
+    /// Deletes every key of `keys` (missing ones succeed), in batches where the backend has a
+    /// batch delete (S3 `DeleteObjects`, up to 1,000 keys a request); each request is retried
+    /// like any other. The default deletes one key after another, in order. Stops at the first
+    /// failure: `Storage error: Failed to delete <key>: <reason>` naming that key (keys before
+    /// it are gone, keys after it may be).
+    fn delete_many(&self, keys: &[String]) -> Result<()> {
+        keys.iter().try_for_each(|k| self.delete(k))
+    }
+
+    /// Like [`Storage::list`], with each key's last-modified time (epoch ms) where the backend
+    /// reports one (filesystem: the file's mtime; S3: `LastModified`; GCS: `updated`); `None`
+    /// where it does not (the default, and the memory backend). Used by `forget --prune`, which
+    /// never deletes an object whose age it cannot tell.
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        Ok(self.list(prefix)?.into_iter().map(|k| (k, None)).collect())
+    }
+
     /// Writes `key` with `data` only when no object has that key, atomically
     /// ([`conditional`]): `Refused` when one exists.
     fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional>;
@@ -327,6 +344,25 @@ impl Storage for Traced {
         self.traced("delete", key, |_| None, || self.inner.delete(key))
     }
 
+    fn delete_many(&self, keys: &[String]) -> Result<()> {
+        let shown = format!(
+            "{} keys from {}",
+            keys.len(),
+            keys.first().map_or("", |k| k)
+        );
+        self.traced("delete", &shown, |_| None, || self.inner.delete_many(keys))
+    }
+
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        let shown = if prefix.is_empty() { "/" } else { prefix };
+        self.traced(
+            "list (with times)",
+            shown,
+            |_| None,
+            || self.inner.list_with_times(prefix),
+        )
+    }
+
     fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
         self.traced(
             "put (create only)",
@@ -448,6 +484,26 @@ impl Storage for Prefixed {
         self.inner
             .delete(&full)
             .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn delete_many(&self, keys: &[String]) -> Result<()> {
+        let full: Vec<String> = keys.iter().map(|k| self.full(k)).collect::<Result<_>>()?;
+        self.inner.delete_many(&full).map_err(|e| match e {
+            Error::Storage(m) => Error::Storage(m.replace(&format!("{}/", self.prefix), "")),
+            other => other,
+        })
+    }
+
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        validate_prefix(prefix)?;
+        let lead = format!("{}/", self.prefix);
+        let full = format!("{lead}{prefix}");
+        Ok(self
+            .inner
+            .list_with_times(&full)?
+            .into_iter()
+            .filter_map(|(k, t)| k.strip_prefix(&lead).map(|k| (k.to_string(), t)))
+            .collect())
     }
 
     fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
@@ -605,6 +661,7 @@ pub(crate) mod conformance {
         unicode_keys(s, &root);
         backup_ids(s, &root);
         conditional_writes(s, &root, &tmp);
+        batch_delete_and_times(s, &root);
         assert!(!s.location().is_empty());
         for k in s.list(&format!("{root}/")).expect("final list") {
             s.delete(&k).expect("cleanup");
@@ -679,6 +736,37 @@ pub(crate) mod conformance {
             }
         });
         assert_eq!(won.load(Ordering::Relaxed), 1, "one writer creates the key");
+    }
+
+    /// `delete_many` removes every key given (missing ones too) and nothing else;
+    /// `list_with_times` lists what `list` lists, with times (when known) near now.
+    fn batch_delete_and_times(s: &dyn Storage, root: &str) {
+        let keys: Vec<String> = (0..5).map(|i| format!("{root}/batch/k{i}")).collect();
+        for k in &keys {
+            s.put_bytes(k, b"x").expect("put");
+        }
+        let keep = format!("{root}/batch/keep");
+        s.put_bytes(&keep, b"x").expect("put");
+        let timed = s.list_with_times(&format!("{root}/batch/")).expect("times");
+        let listed: Vec<String> = timed.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(listed, s.list(&format!("{root}/batch/")).expect("list"));
+        let now = crate::now_ms();
+        for (k, t) in &timed {
+            if let Some(t) = t {
+                assert!((now - t).abs() < 600_000, "{k}: modified {t}, now {now}");
+            }
+        }
+        let mut gone = keys[..4].to_vec();
+        gone.push(format!("{root}/batch/never-written"));
+        s.delete_many(&gone).expect("delete many");
+        s.delete_many(&[]).expect("delete none");
+        assert_eq!(
+            s.list(&format!("{root}/batch/")).expect("list"),
+            [keys[4].clone(), keep.clone()]
+        );
+        s.delete_many(&[keys[4].clone(), keep])
+            .expect("delete rest");
+        assert!(s.list(&format!("{root}/batch/")).expect("list").is_empty());
     }
 
     fn bytes_round_trip(s: &dyn Storage, root: &str) {

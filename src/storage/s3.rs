@@ -468,6 +468,55 @@ impl Storage for S3Storage {
         })
     }
 
+    /// S3 `DeleteObjects`, 1,000 keys a request, each request retried; a key the answer lists
+    /// as an error fails the call naming it (`Storage error: Failed to delete <key>: <code>`).
+    fn delete_many(&self, keys: &[String]) -> Result<()> {
+        for chunk in keys.chunks(1000) {
+            chunk.iter().try_for_each(|k| validate_key(k))?;
+            let what = format!("delete {} keys from {}", chunk.len(), chunk[0]);
+            let outcome = self.run(&what, || {
+                let ids: Vec<s3::serde_types::ObjectIdentifier> = chunk
+                    .iter()
+                    .map(s3::serde_types::ObjectIdentifier::new)
+                    .collect();
+                self.bucket
+                    .delete_objects(ids)
+                    .map_err(|e| classify("delete", &chunk[0], e))
+            })?;
+            if let Some(e) = outcome.errors.iter().find(|e| e.code != "NoSuchKey") {
+                return Err(Error::Storage(format!(
+                    "Failed to delete {}: {} {}",
+                    e.key, e.code, e.message
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        validate_prefix(prefix)?;
+        let shown = if prefix.is_empty() { "/" } else { prefix };
+        let mut keys: Vec<(String, Option<i64>)> = self.run(&format!("list {shown}"), || {
+            self.bucket
+                .list(prefix.to_string(), None)
+                .map(|pages| {
+                    pages
+                        .into_iter()
+                        .flat_map(|p| p.contents.into_iter())
+                        .map(|o| {
+                            let t = crate::units::parse_time(&o.last_modified).ok();
+                            (o.key, t)
+                        })
+                        .collect()
+                })
+                .map_err(|e| classify("list", shown, e))
+        })?;
+        keys.retain(|(k, _)| k.starts_with(prefix));
+        keys.sort();
+        keys.dedup_by(|a, b| a.0 == b.0);
+        Ok(keys)
+    }
+
     fn location(&self) -> String {
         self.location.clone()
     }
