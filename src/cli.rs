@@ -43,7 +43,10 @@ enum Command {
 }
 
 /// Run a backup: read every selected queue without removing a message, write segments, the
-/// definitions and, last, the manifest. With --dry-run, only print the plan.
+/// definitions and, last, the manifest. With --dry-run, only print the plan. A `retention:`
+/// section (keep_last, keep_daily, keep_weekly, keep_monthly, keep_within, prune_interrupted,
+/// prune, prune_grace: the rules of `forget --help`) is applied after a successful backup; its
+/// failure is logged and printed but leaves the exit code of the backup.
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "backup")]
 struct BackupCmd {
@@ -237,8 +240,11 @@ fn run(command: Command) -> Result<i32> {
             let _metrics = start_metrics(&cfg)?;
             crate::signals::install()?;
             let storage = storage::open_config(&cfg.storage)?;
-            let s = backup::run(&cfg, storage)?;
+            let s = backup::run(&cfg, storage.clone())?;
             print_backup(&s);
+            if let Some(r) = &cfg.retention {
+                println!("{}", crate::retention::after_backup(r, storage.as_ref()));
+            }
             Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
                 0
             } else {

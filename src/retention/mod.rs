@@ -57,6 +57,46 @@ pub struct Options {
     pub prune_grace: Within,
 }
 
+/// Applies the configuration's `retention:` after a successful backup: logs what it kept and
+/// removed, counts `broker_backup_retention_runs`, and returns the line for the backup's
+/// summary (`Retention: ...`). A failure is logged and reported in that line, never returned:
+/// the backup itself succeeded and keeps its exit code (README "Retention (forget)").
+pub fn after_backup(cfg: &RetentionConfig, storage: &dyn Storage) -> String {
+    let outcome = cfg.options().and_then(|opts| forget(storage, &opts));
+    let counter = |o: &str| crate::metrics::global().retention_runs.with([o]).inc();
+    match outcome {
+        Ok(report) if report.errors.is_empty() => {
+            counter("succeeded");
+            for b in report.backups.iter().filter(|b| b.remove) {
+                log::info!(
+                    "retention: backup {} removed: {}",
+                    b.backup_id,
+                    b.reasons.join(", ")
+                );
+            }
+            log::info!("retention ({}): {}", report.policy, report.summary());
+            format!("Retention ({}): {}.", report.policy, report.summary())
+        }
+        Ok(report) => {
+            counter("failed");
+            for e in &report.errors {
+                log::error!("retention: {e}");
+            }
+            format!(
+                "Retention ({}) failed in part: {}; {}.",
+                report.policy,
+                report.summary(),
+                report.errors.join("; ")
+            )
+        }
+        Err(e) => {
+            counter("failed");
+            log::error!("retention after the backup failed: {e}");
+            format!("Retention failed (the backup itself completed): {e}")
+        }
+    }
+}
+
 /// A backup as `forget` found it.
 struct Found {
     id: String,
