@@ -12,7 +12,7 @@
 //! Never touched: a prefix whose run lock is busy (`super::busy`), an interrupted backup (a
 //! rerun resumes from what it stored), a backup whose manifest cannot be read, and any object
 //! younger than the grace period or whose age the storage does not report (the memory
-//! backend; Azure lists no times here): a fresh upload of a live run is never taken.
+//! backend): a fresh upload of a live run is never taken.
 
 use super::{busy, Options};
 use crate::error::Result;

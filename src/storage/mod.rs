@@ -76,7 +76,8 @@ pub trait Storage: Send + Sync {
     }
 
     /// Like [`Storage::list`], with each key's last-modified time (epoch ms) where the backend
-    /// reports one (filesystem: the file's mtime; S3: `LastModified`; GCS: `updated`); `None`
+    /// reports one (filesystem: the file's mtime; S3 and Azure: `LastModified`; GCS:
+    /// `updated`); `None`
     /// where it does not (the default, and the memory backend). Used by `forget --prune`, which
     /// never deletes an object whose age it cannot tell.
     fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
