@@ -474,7 +474,8 @@ fn retention_after_a_backup() {
         "{stdout}"
     );
     assert!(
-        stderr.contains("retention: backup r1 removed: not kept by keep-last 2"),
+        stderr.contains("forget: backup r1 removed (")
+            && stderr.contains("not kept by keep-last 2"),
         "{stderr}"
     );
     assert_eq!(store.storage.list_backup_ids().expect("ids"), ["r2", "r3"]);

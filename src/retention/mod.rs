@@ -67,13 +67,6 @@ pub fn after_backup(cfg: &RetentionConfig, storage: &dyn Storage) -> String {
     match outcome {
         Ok(report) if report.errors.is_empty() => {
             counter("succeeded");
-            for b in report.backups.iter().filter(|b| b.remove) {
-                log::info!(
-                    "retention: backup {} removed: {}",
-                    b.backup_id,
-                    b.reasons.join(", ")
-                );
-            }
             log::info!("retention ({}): {}", report.policy, report.summary());
             format!("Retention ({}): {}.", report.policy, report.summary())
         }

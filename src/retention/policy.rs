@@ -273,15 +273,16 @@ impl fmt::Display for Reason {
 }
 
 impl Policy {
-    /// True when no rule is given (or every count is 0): such a policy would remove everything,
-    /// so it is refused (restic: "no policy was specified, no snapshots will be removed").
+    /// True when no rule is given (or every count and the duration are 0): such a policy would
+    /// remove everything, so it is refused (restic: "no policy was specified, no snapshots will
+    /// be removed").
     pub fn is_empty(&self) -> bool {
         let zero = |c: Option<Count>| c.is_none_or(Count::is_zero);
         zero(self.keep_last)
             && zero(self.keep_daily)
             && zero(self.keep_weekly)
             && zero(self.keep_monthly)
-            && self.keep_within.is_none()
+            && self.keep_within.is_none_or(|w| w == Within::default())
     }
 
     /// `keep-last 3, keep-daily 7, keep-within 30d`, for messages.
@@ -313,7 +314,9 @@ impl Policy {
         let Some(&newest) = order.first() else {
             return reasons;
         };
-        let within_after = self.keep_within.map(|w| w.before(created[newest]));
+        // A zero duration is no rule (restic: an empty `Duration`), not "keep nothing".
+        let within = self.keep_within.filter(|w| *w != Within::default());
+        let within_after = within.map(|w| w.before(created[newest]));
         let mut buckets: Vec<(Bucket, Count, Option<i64>)> = [
             (Bucket::Daily, self.keep_daily),
             (Bucket::Weekly, self.keep_weekly),
@@ -348,7 +351,7 @@ impl Policy {
                     }
                 }
             }
-            if let (Some(w), Some(after)) = (self.keep_within, within_after) {
+            if let (Some(w), Some(after)) = (within, within_after) {
                 if t > after {
                     r.push(Reason::Within(w));
                 }

@@ -58,6 +58,20 @@ fn an_empty_policy_is_refused() {
         ..Policy::default()
     };
     assert!(zero.is_empty());
+    let zero_within = Policy {
+        keep_within: Some(Within::parse("0d").unwrap()),
+        ..Policy::default()
+    };
+    assert!(zero_within.is_empty());
+    let with_last = Policy {
+        keep_last: Some(Count::N(1)),
+        ..zero_within
+    };
+    assert_eq!(
+        kept(&with_last, &[0, 1]),
+        [false, true],
+        "0d keeps nothing more"
+    );
     let p = Policy {
         keep_within: Some(Within::parse("1h").unwrap()),
         ..Policy::default()
