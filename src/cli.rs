@@ -243,7 +243,7 @@ fn run(command: Command) -> Result<i32> {
             let s = backup::run(&cfg, storage.clone())?;
             print_backup(&s);
             if let Some(r) = &cfg.retention {
-                println!("{}", crate::retention::after_backup(r, storage.as_ref()));
+                println!("{}", crate::retention::after_backup(r, &storage));
             }
             Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
                 0

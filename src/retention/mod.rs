@@ -5,7 +5,8 @@
 //! What is never removed, whatever the policy:
 //! - a backup whose run lock (or a part's, `crate::shard`) is held by a run that may be alive:
 //!   not ended and renewed within the lock's takeover time (`crate::lock::LockInfo::is_busy`),
-//!   checked when the backups are evaluated and again just before each one is deleted;
+//!   checked when the backups are evaluated; a backup being deleted is under forget's own hold
+//!   of those locks (taken as a run takes them), so no run starts on it meanwhile;
 //! - an `interrupted` backup created after the newest completed one (a rerun may resume it);
 //!   older interrupted ones only with `prune_interrupted`;
 //! - a backup whose manifest cannot be read (`damaged`): what it holds is unknown.
@@ -28,10 +29,11 @@ pub use policy::{Count, Policy, Reason, Within};
 pub use report::{BackupDecision, ForgetReport};
 
 use crate::error::{Error, Result};
-use crate::lock::{LockInfo, LockName, Timing};
+use crate::lock::{LockInfo, LockName, RunLock, Timing};
 use crate::manifest::{manifest_key, Manifest};
 use crate::now_ms;
 use crate::storage::Storage;
+use std::sync::Arc;
 
 /// Default age an orphaned object must reach before `--prune` deletes it: 24 hours, far longer
 /// than any upload of a live run takes to be listed in its manifest.
@@ -61,7 +63,7 @@ pub struct Options {
 /// removed, counts `broker_backup_retention_runs`, and returns the line for the backup's
 /// summary (`Retention: ...`). A failure is logged and reported in that line, never returned:
 /// the backup itself succeeded and keeps its exit code (README "Retention (forget)").
-pub fn after_backup(cfg: &RetentionConfig, storage: &dyn Storage) -> String {
+pub fn after_backup(cfg: &RetentionConfig, storage: &Arc<dyn Storage>) -> String {
     let outcome = cfg.options().and_then(|opts| forget(storage, &opts));
     let counter = |o: &str| crate::metrics::global().retention_runs.with([o]).inc();
     match outcome {
@@ -140,7 +142,9 @@ fn lock_description(info: &LockInfo, now: i64) -> String {
 ///
 /// Errors: `Configuration error: ...` for an empty policy; storage failures listing or reading
 /// (before anything is deleted).
-pub fn forget(storage: &dyn Storage, opts: &Options) -> Result<ForgetReport> {
+pub fn forget(storage: &Arc<dyn Storage>, opts: &Options) -> Result<ForgetReport> {
+    let shared = storage;
+    let storage: &dyn Storage = shared.as_ref();
     if opts.policy.is_empty() {
         return Err(Error::Config(
             "forget needs at least one of --keep-last, --keep-daily, --keep-weekly, --keep-monthly (above 0) or --keep-within: without one every backup would be removed".into(),
@@ -164,23 +168,14 @@ pub fn forget(storage: &dyn Storage, opts: &Options) -> Result<ForgetReport> {
             if !d.remove {
                 continue;
             }
-            // A run may have started on it since it was evaluated.
-            match busy(storage, &d.backup_id) {
-                Ok(Some(why)) => {
+            let parts = f.manifest.as_ref().ok().and_then(|m| m.parts);
+            match remove_locked(shared, &d.backup_id, parts) {
+                // A run started on it since it was evaluated.
+                Ok(Err(why)) => {
                     d.remove = false;
                     d.reasons = vec![why];
-                    continue;
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    errors.push(format!("backup {} not removed: {e}", d.backup_id));
-                    d.remove = false;
-                    continue;
-                }
-            }
-            let parts = f.manifest.as_ref().ok().and_then(|m| m.parts);
-            match delete_backup(storage, &d.backup_id, parts) {
-                Ok(n) => {
+                Ok(Ok(n)) => {
                     d.deleted_objects = Some(n);
                     log::info!(
                         "forget: backup {} removed ({n} objects): {}",
@@ -287,10 +282,54 @@ fn interrupted(created: i64, newest_completed: Option<i64>, opts: &Options) -> (
     }
 }
 
-/// Deletes backup `backup_id` in the order of the module doc; returns the objects deleted.
+/// Removes backup `backup_id` under its own run locks: takes them as a run would (the
+/// backup's, or each part's of a sharded backup), so that no run starts writing it while it is
+/// deleted; deletes it ([`delete_backup`], the locks spared); releases the locks and deletes
+/// them last. `Ok(Err(why))` when a run holds a lock (the backup is left alone).
+///
+/// Errors: the storage's; a failure leaves the locks released (ended), and what is left of
+/// the backup reads as interrupted or as orphans for `--prune`.
+fn remove_locked(
+    storage: &Arc<dyn Storage>,
+    backup_id: &str,
+    parts: Option<u32>,
+) -> Result<std::result::Result<u64, String>> {
+    if let Some(why) = busy(storage.as_ref(), backup_id)? {
+        return Ok(Err(why));
+    }
+    let names: Vec<LockName> = match parts {
+        Some(n) => (0..n).map(|i| LockName::part(backup_id, i, n)).collect(),
+        None => vec![LockName::backup(backup_id)],
+    };
+    let mut held = Vec::new();
+    for name in &names {
+        match RunLock::acquire_named(storage.clone(), name.clone(), Timing::from_env()) {
+            Ok(lock) => held.push(lock),
+            // Another run holds it (the locks taken so far are released on return).
+            Err(Error::Config(why)) => return Ok(Err(format!("running: {why}"))),
+            Err(e) => return Err(e),
+        }
+    }
+    let spare: Vec<String> = names.iter().map(|n| n.key.clone()).collect();
+    held.iter().try_for_each(RunLock::check)?;
+    let deleted = delete_backup(storage.as_ref(), backup_id, parts, &spare)?;
+    for lock in held {
+        lock.release();
+    }
+    storage.delete_many(&spare)?;
+    Ok(Ok(deleted + spare.len() as u64))
+}
+
+/// Deletes backup `backup_id` in the order of the module doc, except the keys in `spare`;
+/// returns the objects deleted.
 ///
 /// Errors: `Storage error: Failed to delete <key>: ...` (the storage's), naming the key.
-pub fn delete_backup(storage: &dyn Storage, backup_id: &str, parts: Option<u32>) -> Result<u64> {
+pub fn delete_backup(
+    storage: &dyn Storage,
+    backup_id: &str,
+    parts: Option<u32>,
+    spare: &[String],
+) -> Result<u64> {
     let mut deleted = 0u64;
     let mut first = Vec::new();
     if parts.is_some() {
@@ -305,7 +344,8 @@ pub fn delete_backup(storage: &dyn Storage, backup_id: &str, parts: Option<u32>)
         storage.delete(key)?;
         deleted += 1;
     }
-    let rest = storage.list(&format!("{backup_id}/"))?;
+    let mut rest = storage.list(&format!("{backup_id}/"))?;
+    rest.retain(|k| !spare.contains(k));
     storage.delete_many(&rest)?;
     Ok(deleted + rest.len() as u64)
 }

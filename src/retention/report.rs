@@ -19,7 +19,8 @@ pub struct BackupDecision {
     /// The rules that keep it (`last`, `daily`, `oldest weekly`, `within 30d`), or why it is
     /// removed or left alone.
     pub reasons: Vec<String>,
-    /// Objects deleted, once deleted.
+    /// Objects deleted, once deleted (its run locks included, which forget holds while it
+    /// deletes).
     pub deleted_objects: Option<u64>,
 }
 
