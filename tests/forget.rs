@@ -490,3 +490,77 @@ fn retention_after_a_backup() {
         text(&out).1
     );
 }
+
+/// A sharded backup (two parts, each under its own part lock) is one backup to forget: its
+/// parts, merged manifest, part locks and segments all go; a sharded backup with a part missing
+/// is interrupted.
+#[test]
+fn a_sharded_backup_is_removed_whole() {
+    let vh = seeded("forget-shards");
+    let conn = vh.connect();
+    let ch = conn.open_channel().expect("channel");
+    for q in ["a", "b", "c", "d"] {
+        declare(&ch, q, "classic", FieldTable::new());
+        publish_bulk(&ch, q, 3, 32);
+    }
+    let dir = TempDir::new("forget-shards");
+    let store = fs_store(&dir);
+    let shard = |id: &str, index: &str| {
+        let cfg = config(&vh, &dir, &store, id, "");
+        let yaml = std::fs::read_to_string(&cfg).expect("read");
+        let yaml = yaml.replace(
+            "  include_definitions: true\n",
+            "  include_definitions: true\n  shard:\n    count: 2\n",
+        );
+        std::fs::write(&cfg, yaml).expect("write");
+        let out = run_cli_env(
+            &["backup", "--config", &cfg],
+            &[("JOB_COMPLETION_INDEX", index)],
+        );
+        assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    };
+    shard("sharded", "0");
+    shard("sharded", "1");
+    shard("half", "0");
+    backups(&vh, &dir, &store, &["plain"]);
+    set_created(&store, "sharded", at(2026, 1, 1, 0), true);
+    set_created(&store, "plain", at(2026, 1, 2, 0), true);
+    // The half backup has only its part 0 (no merged manifest): older than "plain".
+    let part = "half/parts/0-of-2.json";
+    let mut m = rmq_backup::manifest::Manifest::from_json(&store.storage.get_bytes(part).unwrap())
+        .expect("part");
+    m.created_at = at(2025, 12, 31, 0);
+    store
+        .storage
+        .put_bytes(part, m.to_json_pretty().unwrap().as_bytes())
+        .unwrap();
+    let parts = store.storage.list("sharded/parts/").expect("parts");
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert!(store
+        .storage
+        .list("sharded/state/")
+        .expect("locks")
+        .iter()
+        .any(|k| k.contains("lock-part-1-of-2")));
+    let (code, v) = forget(&store, &["--keep-last", "1", "--prune-interrupted"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(kept(&v), set(&["plain"]), "{v}");
+    let half = v["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["backup_id"] == "half")
+        .expect("half listed");
+    assert_eq!(half["status"], "interrupted");
+    for id in ["sharded", "half"] {
+        assert!(
+            store
+                .storage
+                .list(&format!("{id}/"))
+                .expect("list")
+                .is_empty(),
+            "{id}: every object deleted"
+        );
+    }
+    assert_eq!(store.storage.list_backup_ids().expect("ids"), ["plain"]);
+}
