@@ -279,3 +279,26 @@ fn the_report_renders_as_text_and_json() {
     assert_eq!(v["backups"][1]["reasons"][0], "last");
     assert_eq!(v["dry_run"], true);
 }
+
+#[test]
+fn prune_leaves_the_prefix_of_a_run_that_holds_its_lock() {
+    let dir = crate::storage::conformance::TempDir::new("prune-busy");
+    let fs = crate::storage::open_filesystem(&dir.0, None).unwrap();
+    backup(fs.as_ref(), "done", 0, true);
+    // A run that has taken its lock and stored a segment, before its first manifest.
+    let lock = crate::lock::RunLock::acquire(fs.clone(), "starting").unwrap();
+    fs.put_bytes("starting/queues/_default/q/segment-0001.zst", b"fresh")
+        .unwrap();
+    let mut o = opts(last(1));
+    o.prune = true;
+    o.prune_grace = Within::parse("0h").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let r = forget(&fs, &o).unwrap();
+    assert!(r.orphans.is_empty(), "{:?}", r.orphans);
+    assert_eq!(fs.list("starting/").unwrap().len(), 2);
+    lock.release();
+    // Once its run has ended (and left no manifest), the prefix is orphaned.
+    let r = forget(&fs, &o).unwrap();
+    assert_eq!(r.orphans.len(), 2, "{:?}", r.orphans);
+    assert!(fs.list("starting/").unwrap().is_empty());
+}
