@@ -474,6 +474,11 @@ impl Storage for S3Storage {
         for chunk in keys.chunks(1000) {
             chunk.iter().try_for_each(|k| validate_key(k))?;
             let what = format!("delete {} keys from {}", chunk.len(), chunk[0]);
+            // A request that fails names its first key and how many more it held.
+            let named = match chunk.len() {
+                1 => chunk[0].clone(),
+                n => format!("{} (and {} more keys)", chunk[0], n - 1),
+            };
             let outcome = self.run(&what, || {
                 let ids: Vec<s3::serde_types::ObjectIdentifier> = chunk
                     .iter()
@@ -481,7 +486,7 @@ impl Storage for S3Storage {
                     .collect();
                 self.bucket
                     .delete_objects(ids)
-                    .map_err(|e| classify("delete", &chunk[0], e))
+                    .map_err(|e| classify("delete", &named, e))
             })?;
             if let Some(e) = outcome.errors.iter().find(|e| e.code != "NoSuchKey") {
                 return Err(Error::Storage(format!(
@@ -646,6 +651,18 @@ pub(crate) mod tests {
         // Reading works with the read-only identity.
         assert_eq!(ro.get_bytes("b/manifest.json").expect("read"), b"{}");
         assert_eq!(ro.list_backup_ids().expect("ids"), ["b"]);
+        // A batch delete that is denied names its keys; nothing is deleted.
+        let keys = ["b/manifest.json".to_string(), "b/other.json".to_string()];
+        let err = ro.delete_many(&keys).expect_err("denied");
+        assert!(
+            err.to_string()
+                .starts_with("Storage error: Failed to delete b/manifest.json"),
+            "{err}"
+        );
+        assert_eq!(
+            admin.get_bytes("b/manifest.json").expect("still there"),
+            b"{}"
+        );
         // A wrong secret is denied too, and neither secret shows up anywhere.
         let mut bad = options(&b.0, ADMIN);
         bad.secret_key = Some("wrong-secret-value-123".into());
