@@ -17,7 +17,7 @@ use std::sync::Arc;
 #[derive(FromArgs, Debug)]
 #[argh(
     help_triggers("-h", "--help"),
-    example = "{command_name} backup --config backup.yaml\n{command_name} validate --path file:///var/backups/rabbitmq --backup-id nightly --deep\n{command_name} restore --config restore.yaml",
+    example = "{command_name} backup --config backup.yaml\n{command_name} validate --path file:///var/backups/rabbitmq --backup-id nightly --deep\n{command_name} restore --config restore.yaml\n{command_name} forget --path file:///var/backups/rabbitmq --keep-daily 7 --keep-weekly 4",
     note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). Logs go to stderr as text, or with --log-format json (anywhere on the line; or RMQ_BACKUP_LOG_FORMAT=json) as one JSON object per line: timestamp (RFC 3339, ms), level, target, message, and backup_id, vhost, queue, segment, error_type where a line is about them. See README.md for the configuration file (TLS to the broker: amqps:// URLs and source.tls / target.tls). --version prints the version and the git commit of the build."
 )]
 struct Cli {
@@ -39,10 +39,14 @@ enum Command {
     Describe(DescribeCmd),
     Validate(ValidateCmd),
     Cat(inspect::cat::CatCmd),
+    Forget(crate::retention::command::ForgetCmd),
 }
 
 /// Run a backup: read every selected queue without removing a message, write segments, the
-/// definitions and, last, the manifest. With --dry-run, only print the plan.
+/// definitions and, last, the manifest. With --dry-run, only print the plan. A `retention:`
+/// section (keep_last, keep_daily, keep_weekly, keep_monthly, keep_within, prune_interrupted,
+/// prune, prune_grace: the rules of `forget --help`) is applied after a successful backup; its
+/// failure is logged and printed but leaves the exit code of the backup.
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "backup")]
 struct BackupCmd {
@@ -236,8 +240,11 @@ fn run(command: Command) -> Result<i32> {
             let _metrics = start_metrics(&cfg)?;
             crate::signals::install()?;
             let storage = storage::open_config(&cfg.storage)?;
-            let s = backup::run(&cfg, storage)?;
+            let s = backup::run(&cfg, storage.clone())?;
             print_backup(&s);
+            if let Some(r) = &cfg.retention {
+                println!("{}", crate::retention::after_backup(r, &storage));
+            }
             Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
                 0
             } else {
@@ -278,6 +285,7 @@ fn run(command: Command) -> Result<i32> {
             Ok(if report.is_valid() { 0 } else { EXIT_DAMAGED })
         }
         Command::Cat(cmd) => cmd.run(),
+        Command::Forget(cmd) => cmd.run(),
     }
 }
 

@@ -35,6 +35,7 @@ pub mod progress;
 pub mod reader;
 pub mod record;
 pub mod restore;
+pub mod retention;
 pub mod segment;
 pub mod selection;
 pub mod shard;

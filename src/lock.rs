@@ -135,9 +135,16 @@ impl LockInfo {
         self.ended_at.is_none() && now - self.heartbeat_at < STALE_AFTER_MS && !self.writer_gone()
     }
 
+    /// True while a run may still write under this lock: it may not be taken over yet
+    /// ([`LockInfo::may_be_taken`] is false). Stricter than [`LockInfo::is_live`] (a lock
+    /// between the lease and the takeover age is busy but not live): what `forget` leaves alone.
+    pub fn is_busy(&self, now: i64, timing: &Timing) -> bool {
+        !self.may_be_taken(now, timing)
+    }
+
     /// True when another run may take this lock over at `now` (epoch ms): its run ended, its
     /// writer is known to be gone, or its heartbeat is `timing.takeover` old.
-    fn may_be_taken(&self, now: i64, timing: &Timing) -> bool {
+    pub fn may_be_taken(&self, now: i64, timing: &Timing) -> bool {
         self.ended_at.is_some()
             || self.writer_gone()
             || now - self.heartbeat_at >= timing.takeover.as_millis() as i64
@@ -369,11 +376,46 @@ impl Shared {
     }
 }
 
+/// The heartbeat thread's loop: renews the lock every `timing.heartbeat` until stopped or the
+/// lock is lost. The stop flag is checked before every wait (`wait_timeout_while`), so a stop
+/// asked while a renewal is in flight ends the thread as soon as that renewal returns, not a
+/// heartbeat later.
+fn heartbeat(s: &Shared) {
+    loop {
+        let Ok(stopped) = s.stop.lock() else { return };
+        let Ok((stopped, _)) = s
+            .wake
+            .wait_timeout_while(stopped, s.timing.heartbeat, |stopped| !*stopped)
+        else {
+            return;
+        };
+        if *stopped {
+            return;
+        }
+        drop(stopped);
+        s.renew(|i| i.heartbeat_at = now_ms());
+        if s.lost_flag.load(Ordering::Relaxed) {
+            return;
+        }
+    }
+}
+
+/// The longest [`RunLock::release`] (or drop) waits for the heartbeat thread to end: the
+/// lease, at most 10 s. A renewal stuck in a storage that does not answer can take longer (its
+/// own timeouts and retries); the thread is then left to end on its own and `ended_at` is not
+/// written (the lock then reads as running until its lease runs out).
+fn stop_wait(timing: &Timing) -> Duration {
+    timing.lease.min(Duration::from_secs(10))
+}
+
 /// The lock of a running backup; the heartbeat runs on its own thread until [`RunLock::release`]
-/// (or drop), which writes `ended_at`.
+/// (or drop, on every exit path of the run), which stops it within [`stop_wait`] and writes
+/// `ended_at`.
 pub struct RunLock {
     shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Disconnected once the heartbeat thread has ended.
+    exited: crossbeam_channel::Receiver<()>,
 }
 
 impl RunLock {
@@ -465,26 +507,19 @@ impl RunLock {
             lost_flag: AtomicBool::new(false),
         });
         let s = shared.clone();
+        let (exited_tx, exited) = crossbeam_channel::bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("run-lock".into())
-            .spawn(move || loop {
-                let Ok(stopped) = s.stop.lock() else { return };
-                let Ok((stopped, _)) = s.wake.wait_timeout(stopped, s.timing.heartbeat) else {
-                    return;
-                };
-                if *stopped {
-                    return;
-                }
-                drop(stopped);
-                s.renew(|i| i.heartbeat_at = now_ms());
-                if s.lost_flag.load(Ordering::Relaxed) {
-                    return;
-                }
+            .spawn(move || {
+                // Dropped when the thread ends, however it ends: `stop` waits for that.
+                let _exited = exited_tx;
+                heartbeat(&s);
             })
             .map_err(|e| Error::Io(format!("cannot start the run-lock thread: {e}")))?;
         Ok(RunLock {
             shared,
             thread: Some(thread),
+            exited,
         })
     }
 
@@ -517,6 +552,17 @@ impl RunLock {
             *stopped = true;
         }
         self.shared.wake.notify_all();
+        let wait = stop_wait(&self.shared.timing);
+        if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = self.exited.recv_timeout(wait) {
+            // A renewal is stuck in the storage: writing `ended_at` now would race it.
+            log::warn!(
+                "run lock of {}: the heartbeat did not stop within {} ms (a lock renewal is stuck in the storage); the lock reads as running for up to {} s more",
+                self.shared.name.label,
+                wait.as_millis(),
+                self.shared.timing.lease.as_secs()
+            );
+            return;
+        }
         let _ = thread.join();
         if self.shared.lost_flag.load(Ordering::Relaxed) {
             return;
@@ -761,6 +807,80 @@ mod tests {
         fn location(&self) -> String {
             self.inner.location()
         }
+    }
+
+    /// Every way a run ends (release, drop on an error path, a lost lock, a renewal stuck in the
+    /// storage) stops the heartbeat thread within the bounded wait; a generous deadline only
+    /// catches a hang (no timing is asserted).
+    #[test]
+    fn every_exit_path_stops_the_heartbeat() {
+        fn ends_within(what: &str, f: impl FnOnce() + Send + 'static) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                f();
+                let _ = tx.send(());
+            });
+            rx.recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("{what}: the heartbeat was not stopped"));
+        }
+        // A heartbeat far longer than the test: a stop that waits for the next beat hangs.
+        let slow = Timing {
+            heartbeat: Duration::from_secs(3600),
+            lease: Duration::from_secs(7200),
+            takeover: Duration::from_secs(10800),
+        };
+        let storage = store(line!());
+        let lock = RunLock::acquire_with(storage.clone(), "released", slow).expect("lock");
+        ends_within("release", move || lock.release());
+        let lock = RunLock::acquire_with(storage.clone(), "dropped", slow).expect("lock");
+        ends_within("drop", move || {
+            let failing = || -> Result<()> {
+                let _held = lock;
+                Err(Error::Storage("a queue failed".into()))
+            };
+            assert!(failing().is_err());
+        });
+        for id in ["released", "dropped"] {
+            let l = read(storage.as_ref(), id).unwrap().unwrap();
+            assert!(l.ended_at.is_some(), "{id}: ended_at written");
+        }
+        // A stop asked while a renewal is in flight: seen when the renewal returns.
+        let stalling = Arc::new(Stalling {
+            inner: store(line!()),
+            stalled: AtomicBool::new(false),
+        });
+        let storage: Arc<dyn Storage> = stalling.clone();
+        let lock = RunLock::acquire_with(storage.clone(), "b", FAST).expect("lock");
+        stalling.stalled.store(true, Ordering::Relaxed);
+        std::thread::sleep(FAST.heartbeat * 3);
+        // The renewal hangs in the storage: release still returns, after the bounded wait.
+        ends_within("stuck renewal", move || lock.release());
+        stalling.stalled.store(false, Ordering::Relaxed);
+        // A lost lock: the thread ended by itself; release returns at once.
+        let storage = store(line!());
+        let lock = RunLock::acquire_with(storage.clone(), "lost", FAST).expect("lock");
+        let other = LockInfo {
+            run_id: "other-2-5".into(),
+            ..info(now_ms(), None)
+        };
+        storage
+            .put_bytes(&lock_key("lost"), &serde_json::to_vec(&other).unwrap())
+            .unwrap();
+        while lock.lost().is_none() {
+            std::thread::sleep(FAST.heartbeat);
+        }
+        ends_within("lost", move || lock.release());
+        assert_eq!(read(storage.as_ref(), "lost").unwrap(), Some(other));
+    }
+
+    #[test]
+    fn busy_is_stricter_than_live() {
+        let now = 1_000_000;
+        let between = info(now - STALE_AFTER_MS - 1, None);
+        assert!(!between.is_live(now) && between.is_busy(now, &Timing::DEFAULT));
+        let old = info(now - Timing::DEFAULT.takeover.as_millis() as i64, None);
+        assert!(!old.is_busy(now, &Timing::DEFAULT));
+        assert!(!info(now, Some(now)).is_busy(now, &Timing::DEFAULT));
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod checks;
 mod interpolate;
 mod metrics;
 mod restore;
+mod retention;
 mod source;
 mod storage;
 mod target;
@@ -32,6 +33,7 @@ pub use backup::{BackupOptions, CompressionKind, RequeueStrategy, ShardConfig};
 pub use checkpoints::{OffsetBackend, OffsetStorageConfig};
 pub use metrics::MetricsConfig;
 pub use restore::{DefinitionsSelection, PublishMode, RestoreOptions, StreamOffsets};
+pub use retention::RetentionConfig;
 pub use source::{QueueSelection, SourceConfig, TlsConfig};
 pub use storage::{AzureStorage, FilesystemStorage, GcsStorage, S3Storage, StorageConfig};
 pub use target::TargetConfig;
@@ -122,6 +124,9 @@ pub struct Config {
     /// Metrics server; absent means none (`metrics: {}` serves on 0.0.0.0:8080).
     #[serde(default)]
     pub metrics: Option<MetricsConfig>,
+    /// Retention applied after a successful backup (mode backup only); absent means none.
+    #[serde(default)]
+    pub retention: Option<RetentionConfig>,
 }
 
 /// A URL for `Debug`: the password masked; a URL that still shows an `@` after masking (no

@@ -1368,3 +1368,39 @@ fn a_backup_id_takes_environment_variables_and_is_checked_after() {
     assert!(e.to_string().starts_with("Configuration error:"), "{e}");
     assert!(Config::from_yaml_str(&yaml("${RMQB_TEST_ID_UNSET}")).is_err());
 }
+
+#[test]
+fn retention_section() {
+    use crate::retention::{Count, Within};
+    let c = Config::from_yaml_str(&format!(
+        "{MINIMAL_BACKUP}retention:\n  keep_last: 3\n  keep_daily: unlimited\n  keep_weekly: -1\n  keep_within: 1y6m\n  prune: true\n"
+    ))
+    .expect("valid");
+    let o = c
+        .retention
+        .as_ref()
+        .expect("section")
+        .options()
+        .expect("options");
+    assert_eq!(o.policy.keep_last, Some(Count::N(3)));
+    assert_eq!(o.policy.keep_daily, Some(Count::Unlimited));
+    assert_eq!(o.policy.keep_weekly, Some(Count::Unlimited));
+    assert_eq!(o.policy.keep_within, Within::parse("1y6m").ok());
+    assert!(o.prune && !o.prune_interrupted && !o.dry_run);
+    assert_eq!(o.prune_grace.to_string(), "24h");
+    assert!(backup().retention.is_none(), "absent: no retention");
+    assert!(
+        load_err(&format!("{MINIMAL_BACKUP}retention:\n  keep_monthly: 0\n"))
+            .starts_with("retention: no keep_last")
+    );
+    assert!(load_err(&format!("{MINIMAL_BACKUP}retention: {{}}\n"))
+        .starts_with("retention: no keep_last"));
+    assert!(
+        load_err(&format!("{MINIMAL_RESTORE}retention:\n  keep_last: 1\n"))
+            .starts_with("retention applies after a backup")
+    );
+    let e = serde_err(&format!("{MINIMAL_BACKUP}retention:\n  keep_within: 2w\n"));
+    assert!(e.contains("is not a duration such as 1y5m7d2h"), "{e}");
+    let e = serde_err(&format!("{MINIMAL_BACKUP}retention:\n  keep_dayly: 2\n"));
+    assert!(e.contains("unknown field `keep_dayly`"), "{e}");
+}

@@ -44,6 +44,14 @@ impl Config {
             }
             check_positive(off.sync_interval_secs, "offset_storage.sync_interval_secs")?;
         }
+        if let Some(r) = &self.retention {
+            if self.mode != Mode::Backup {
+                return Err(config_err(
+                    "retention applies after a backup: remove it from a restore configuration (forget --path applies a policy at any time)",
+                ));
+            }
+            r.options()?;
+        }
         if let Some(m) = &self.metrics {
             check_non_empty(&m.bind_address, "metrics.bind_address")?;
             if !m.path.starts_with('/') {

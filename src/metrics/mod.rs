@@ -192,6 +192,11 @@ pub struct Metrics {
     /// reset), by the outcome of the operation they belong to (`crate::storage::retry`). Not in
     /// SPEC.md's list.
     pub storage_retries: CounterFamily<2>,
+    /// `broker_backup_retention_runs` (label `outcome`: `succeeded` or `failed`): the
+    /// configuration's `retention:` applied after a successful backup (`crate::retention`);
+    /// a failure leaves the backup's exit code alone, so this and the log say it. Not in
+    /// SPEC.md's list.
+    pub retention_runs: CounterFamily<1>,
     /// `broker_restore_messages_published` (QueueLabels).
     pub restore_published: CounterFamily,
     /// `broker_restore_messages_confirmed` (QueueLabels).
@@ -257,6 +262,11 @@ impl Metrics {
                 "broker_storage_retries",
                 "Storage requests made again after a transient failure, by backend and the outcome of their operation.",
                 ["backend", "outcome"],
+            ),
+            retention_runs: CounterFamily::new(
+                "broker_backup_retention_runs",
+                "Retention (the configuration's retention section) applied after a successful backup, by outcome.",
+                ["outcome"],
             ),
             restore_published: q(
                 "broker_restore_messages_published",
@@ -346,6 +356,7 @@ impl Metrics {
         self.messages_left_out.render(&mut out);
         self.queue_retries.render(&mut out);
         self.storage_retries.render(&mut out);
+        self.retention_runs.render(&mut out);
         self.restore_published.render(&mut out);
         self.restore_confirmed.render(&mut out);
         self.restore_failed.render(&mut out);

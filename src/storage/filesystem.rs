@@ -525,6 +525,21 @@ impl Storage for FilesystemStorage {
         format!("file://{}", self.base.display())
     }
 
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        let keys = self.list(prefix)?;
+        Ok(keys
+            .into_iter()
+            .map(|k| {
+                let modified = fs::metadata(self.path_of(&k))
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_millis() as i64);
+                (k, modified)
+            })
+            .collect())
+    }
+
     fn list_backup_ids(&self) -> Result<Vec<String>> {
         let entries = match fs::read_dir(&self.base) {
             Ok(entries) => entries,

@@ -15,6 +15,7 @@ pub mod gcs;
 pub mod memory;
 pub mod retry;
 pub mod s3;
+mod traced;
 pub mod url;
 
 use crate::error::{Error, Result};
@@ -24,6 +25,7 @@ use std::sync::Arc;
 pub use conditional::{Conditional, ObjectVersion};
 pub use filesystem::FilesystemStorage;
 pub use memory::MemoryStorage;
+pub use traced::Traced;
 pub use url::{open_url, parse_storage_url, StorageUrl};
 
 /// Name of the manifest object directly below a backup id (SPEC.md "Storage layout").
@@ -65,6 +67,24 @@ pub trait Storage: Send + Sync {
 
     /// Deletes `key`; deleting a missing key succeeds (as on object stores).
     fn delete(&self, key: &str) -> Result<()>;
+
+    /// Deletes every key of `keys` (missing ones succeed), in batches where the backend has a
+    /// batch delete (S3 `DeleteObjects`, up to 1,000 keys a request); each request is retried
+    /// like any other. The default deletes one key after another, in order. Stops at the first
+    /// failure: `Storage error: Failed to delete <key>: <reason>` naming that key (keys before
+    /// it are gone, keys after it may be).
+    fn delete_many(&self, keys: &[String]) -> Result<()> {
+        keys.iter().try_for_each(|k| self.delete(k))
+    }
+
+    /// Like [`Storage::list`], with each key's last-modified time (epoch ms) where the backend
+    /// reports one (filesystem: the file's mtime; S3 and Azure: `LastModified`; GCS:
+    /// `updated`); `None`
+    /// where it does not (the default, and the memory backend). Used by `forget --prune`, which
+    /// never deletes an object whose age it cannot tell.
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        Ok(self.list(prefix)?.into_iter().map(|k| (k, None)).collect())
+    }
 
     /// Writes `key` with `data` only when no object has that key, atomically
     /// ([`conditional`]): `Refused` when one exists.
@@ -239,145 +259,6 @@ pub fn open_config(cfg: &crate::config::StorageConfig) -> Result<Arc<dyn Storage
     Ok(Traced::wrap(storage))
 }
 
-/// Logs every storage operation at trace level (`-vv`, SPEC.md: "storage operations"): the
-/// operation, the key, bytes moved, milliseconds taken and the outcome. It prints keys and the
-/// location only, never a credential. [`open_config`] and [`url::open_url`] return storages
-/// wrapped in it.
-pub struct Traced {
-    inner: Arc<dyn Storage>,
-}
-
-impl Traced {
-    /// Wraps `inner`.
-    pub fn wrap(inner: Arc<dyn Storage>) -> Arc<dyn Storage> {
-        log::debug!("storage: {}", inner.location());
-        Arc::new(Traced { inner })
-    }
-
-    fn traced<T>(
-        &self,
-        op: &str,
-        key: &str,
-        size: impl Fn(&T) -> Option<u64>,
-        f: impl FnOnce() -> Result<T>,
-    ) -> Result<T> {
-        if !log::log_enabled!(log::Level::Trace) {
-            return f();
-        }
-        let started = std::time::Instant::now();
-        let outcome = f();
-        let ms = started.elapsed().as_millis();
-        match &outcome {
-            Ok(v) => match size(v) {
-                Some(n) => log::trace!("storage: {op} {key}: ok, {n} bytes, {ms} ms"),
-                None => log::trace!("storage: {op} {key}: ok, {ms} ms"),
-            },
-            Err(e) => log::trace!("storage: {op} {key}: failed after {ms} ms: {e}"),
-        }
-        outcome
-    }
-}
-
-impl Storage for Traced {
-    fn put_file(&self, key: &str, path: &Path) -> Result<()> {
-        let len = std::fs::metadata(path).map(|m| m.len()).ok();
-        self.traced("put", key, |_| len, || self.inner.put_file(key, path))
-    }
-
-    fn put_file_owned(&self, key: &str, path: &Path) -> Result<()> {
-        let len = std::fs::metadata(path).map(|m| m.len()).ok();
-        self.traced("put", key, |_| len, || self.inner.put_file_owned(key, path))
-    }
-
-    fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {
-        let len = Some(data.len() as u64);
-        self.traced("put", key, |_| len, || self.inner.put_bytes(key, data))
-    }
-
-    fn get_bytes(&self, key: &str) -> Result<Vec<u8>> {
-        self.traced(
-            "get",
-            key,
-            |v: &Vec<u8>| Some(v.len() as u64),
-            || self.inner.get_bytes(key),
-        )
-    }
-
-    fn get_to_file(&self, key: &str, path: &Path) -> Result<u64> {
-        self.traced(
-            "get",
-            key,
-            |n| Some(*n),
-            || self.inner.get_to_file(key, path),
-        )
-    }
-
-    fn head(&self, key: &str) -> Result<Option<u64>> {
-        self.traced("head", key, |n| *n, || self.inner.head(key))
-    }
-
-    fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        let shown = if prefix.is_empty() { "/" } else { prefix };
-        let keys = self.traced("list", shown, |_| None, || self.inner.list(prefix))?;
-        log::trace!("storage: list {shown}: {} keys", keys.len());
-        Ok(keys)
-    }
-
-    fn delete(&self, key: &str) -> Result<()> {
-        self.traced("delete", key, |_| None, || self.inner.delete(key))
-    }
-
-    fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
-        self.traced(
-            "put (create only)",
-            key,
-            |c: &Conditional| matches!(c, Conditional::Written(_)).then_some(data.len() as u64),
-            || self.inner.put_bytes_new(key, data),
-        )
-    }
-
-    fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional> {
-        let len = std::fs::metadata(path).map(|m| m.len()).ok();
-        self.traced(
-            "put (create only)",
-            key,
-            |c: &Conditional| len.filter(|_| matches!(c, Conditional::Written(_))),
-            || self.inner.put_file_new(key, path),
-        )
-    }
-
-    fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
-        self.traced(
-            "get (versioned)",
-            key,
-            |v: &Option<(Vec<u8>, ObjectVersion)>| v.as_ref().map(|(d, _)| d.len() as u64),
-            || self.inner.get_with_version(key),
-        )
-    }
-
-    fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional> {
-        self.traced(
-            "put (if version)",
-            key,
-            |c: &Conditional| matches!(c, Conditional::Written(_)).then_some(data.len() as u64),
-            || self.inner.put_bytes_if(key, data, version),
-        )
-    }
-
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-
-    fn list_backup_ids(&self) -> Result<Vec<String>> {
-        self.traced(
-            "list backup ids in",
-            "/",
-            |_| None,
-            || self.inner.list_backup_ids(),
-        )
-    }
-}
-
 /// Removes the prefix `p/` from keys the inner storage listed; errors carry the caller's key.
 fn strip_keys(prefix: &str, keys: Vec<String>) -> Vec<String> {
     let lead = format!("{prefix}/");
@@ -448,6 +329,26 @@ impl Storage for Prefixed {
         self.inner
             .delete(&full)
             .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn delete_many(&self, keys: &[String]) -> Result<()> {
+        let full: Vec<String> = keys.iter().map(|k| self.full(k)).collect::<Result<_>>()?;
+        self.inner.delete_many(&full).map_err(|e| match e {
+            Error::Storage(m) => Error::Storage(m.replace(&format!("{}/", self.prefix), "")),
+            other => other,
+        })
+    }
+
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        validate_prefix(prefix)?;
+        let lead = format!("{}/", self.prefix);
+        let full = format!("{lead}{prefix}");
+        Ok(self
+            .inner
+            .list_with_times(&full)?
+            .into_iter()
+            .filter_map(|(k, t)| k.strip_prefix(&lead).map(|k| (k.to_string(), t)))
+            .collect())
     }
 
     fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
@@ -605,6 +506,7 @@ pub(crate) mod conformance {
         unicode_keys(s, &root);
         backup_ids(s, &root);
         conditional_writes(s, &root, &tmp);
+        batch_delete_and_times(s, &root);
         assert!(!s.location().is_empty());
         for k in s.list(&format!("{root}/")).expect("final list") {
             s.delete(&k).expect("cleanup");
@@ -679,6 +581,37 @@ pub(crate) mod conformance {
             }
         });
         assert_eq!(won.load(Ordering::Relaxed), 1, "one writer creates the key");
+    }
+
+    /// `delete_many` removes every key given (missing ones too) and nothing else;
+    /// `list_with_times` lists what `list` lists, with times (when known) near now.
+    fn batch_delete_and_times(s: &dyn Storage, root: &str) {
+        let keys: Vec<String> = (0..5).map(|i| format!("{root}/batch/k{i}")).collect();
+        for k in &keys {
+            s.put_bytes(k, b"x").expect("put");
+        }
+        let keep = format!("{root}/batch/keep");
+        s.put_bytes(&keep, b"x").expect("put");
+        let timed = s.list_with_times(&format!("{root}/batch/")).expect("times");
+        let listed: Vec<String> = timed.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(listed, s.list(&format!("{root}/batch/")).expect("list"));
+        let now = crate::now_ms();
+        for (k, t) in &timed {
+            if let Some(t) = t {
+                assert!((now - t).abs() < 600_000, "{k}: modified {t}, now {now}");
+            }
+        }
+        let mut gone = keys[..4].to_vec();
+        gone.push(format!("{root}/batch/never-written"));
+        s.delete_many(&gone).expect("delete many");
+        s.delete_many(&[]).expect("delete none");
+        assert_eq!(
+            s.list(&format!("{root}/batch/")).expect("list"),
+            [keys[4].clone(), keep.clone()]
+        );
+        s.delete_many(&[keys[4].clone(), keep])
+            .expect("delete rest");
+        assert!(s.list(&format!("{root}/batch/")).expect("list").is_empty());
     }
 
     fn bytes_round_trip(s: &dyn Storage, root: &str) {

@@ -468,6 +468,60 @@ impl Storage for S3Storage {
         })
     }
 
+    /// S3 `DeleteObjects`, 1,000 keys a request, each request retried; a key the answer lists
+    /// as an error fails the call naming it (`Storage error: Failed to delete <key>: <code>`).
+    fn delete_many(&self, keys: &[String]) -> Result<()> {
+        for chunk in keys.chunks(1000) {
+            chunk.iter().try_for_each(|k| validate_key(k))?;
+            let what = format!("delete {} keys from {}", chunk.len(), chunk[0]);
+            // A request that fails names its first key and how many more it held.
+            let named = match chunk.len() {
+                1 => chunk[0].clone(),
+                n => format!("{} (and {} more keys)", chunk[0], n - 1),
+            };
+            let outcome = self.run(&what, || {
+                let ids: Vec<s3::serde_types::ObjectIdentifier> = chunk
+                    .iter()
+                    .map(s3::serde_types::ObjectIdentifier::new)
+                    .collect();
+                self.bucket
+                    .delete_objects(ids)
+                    .map_err(|e| classify("delete", &named, e))
+            })?;
+            if let Some(e) = outcome.errors.iter().find(|e| e.code != "NoSuchKey") {
+                return Err(Error::Storage(format!(
+                    "Failed to delete {}: {} {}",
+                    e.key, e.code, e.message
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        validate_prefix(prefix)?;
+        let shown = if prefix.is_empty() { "/" } else { prefix };
+        let mut keys: Vec<(String, Option<i64>)> = self.run(&format!("list {shown}"), || {
+            self.bucket
+                .list(prefix.to_string(), None)
+                .map(|pages| {
+                    pages
+                        .into_iter()
+                        .flat_map(|p| p.contents.into_iter())
+                        .map(|o| {
+                            let t = crate::units::parse_time(&o.last_modified).ok();
+                            (o.key, t)
+                        })
+                        .collect()
+                })
+                .map_err(|e| classify("list", shown, e))
+        })?;
+        keys.retain(|(k, _)| k.starts_with(prefix));
+        keys.sort();
+        keys.dedup_by(|a, b| a.0 == b.0);
+        Ok(keys)
+    }
+
     fn location(&self) -> String {
         self.location.clone()
     }
@@ -597,6 +651,18 @@ pub(crate) mod tests {
         // Reading works with the read-only identity.
         assert_eq!(ro.get_bytes("b/manifest.json").expect("read"), b"{}");
         assert_eq!(ro.list_backup_ids().expect("ids"), ["b"]);
+        // A batch delete that is denied names its keys; nothing is deleted.
+        let keys = ["b/manifest.json".to_string(), "b/other.json".to_string()];
+        let err = ro.delete_many(&keys).expect_err("denied");
+        assert!(
+            err.to_string()
+                .starts_with("Storage error: Failed to delete b/manifest.json"),
+            "{err}"
+        );
+        assert_eq!(
+            admin.get_bytes("b/manifest.json").expect("still there"),
+            b"{}"
+        );
         // A wrong secret is denied too, and neither secret shows up anywhere.
         let mut bad = options(&b.0, ADMIN);
         bad.secret_key = Some("wrong-secret-value-123".into());

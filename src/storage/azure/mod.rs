@@ -321,6 +321,14 @@ impl Storage for AzureBlobStorage {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self
+            .list_with_times(prefix)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
+
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
         validate_prefix(prefix)?;
         let shown = if prefix.is_empty() { "/" } else { prefix };
         let mut keys = Vec::new();
@@ -349,7 +357,7 @@ impl Storage for AzureBlobStorage {
                     Attempt::Permanent(fail("list", shown, &format!("bad answer: {d}")))
                 })
             })?;
-            for name in names {
+            for (name, modified) in names {
                 if !name.starts_with(prefix) {
                     continue;
                 }
@@ -357,7 +365,7 @@ impl Storage for AzureBlobStorage {
                     log::debug!("ignoring blob with an invalid key: {}", name.escape_debug());
                     continue;
                 }
-                keys.push(name);
+                keys.push((name, modified));
             }
             match next {
                 Some(m) if marker.as_ref() != Some(&m) => marker = Some(m),
@@ -365,7 +373,7 @@ impl Storage for AzureBlobStorage {
             }
         }
         keys.sort();
-        keys.dedup();
+        keys.dedup_by(|a, b| a.0 == b.0);
         Ok(keys)
     }
 

@@ -670,11 +670,18 @@ fn list_pages_are_parsed() {
     let xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults \
             ServiceEndpoint=\"http://x/\" ContainerName=\"c\"><Prefix>a</Prefix><MaxResults>2\
             </MaxResults><Blobs><Blob><Name>a/one &amp; &lt;two&gt; &#233;&#x4E2D;</Name>\
-            <Properties><Content-Length>3</Content-Length></Properties></Blob>\
+            <Properties><Last-Modified>Thu, 29 Feb 2024 12:34:56 GMT</Last-Modified>\
+            <Content-Length>3</Content-Length></Properties></Blob>\
             <Blob><Name Encoded=\"true\">a/%EF%BF%BE</Name><Properties/></Blob></Blobs>\
             <NextMarker>2!8!&quot;x&quot;</NextMarker></EnumerationResults>";
     let (names, next) = parse_list_page(xml).expect("parse");
-    assert_eq!(names, ["a/one & <two> é中", "a/\u{FFFE}"]);
+    assert_eq!(
+        names,
+        [
+            ("a/one & <two> é中".to_string(), Some(1_709_210_096_000)),
+            ("a/\u{FFFE}".to_string(), None)
+        ]
+    );
     assert_eq!(next.as_deref(), Some("2!8!\"x\""));
     for end in [
         "<NextMarker />",
@@ -687,13 +694,19 @@ fn list_pages_are_parsed() {
             );
         assert_eq!(
             parse_list_page(&xml).expect("parse"),
-            (vec!["k".into()], None)
+            (vec![("k".into(), None)], None)
         );
     }
     let empty = "<EnumerationResults><Blobs /><NextMarker /></EnumerationResults>";
     assert_eq!(parse_list_page(empty).expect("parse"), (vec![], None));
     assert!(parse_list_page("<Error><Code>X</Code></Error>").is_err());
     assert!(decode_entities("a &bogus; b").is_err());
+    assert_eq!(
+        parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+        Some(784_111_777_000)
+    );
+    assert_eq!(parse_http_date("Sun, 06 Nov 1994 08:49:37 CET"), None);
+    assert_eq!(parse_http_date("yesterday"), None);
     assert_eq!(
         clean_code(" ContainerNotFound\r\n").as_deref(),
         Some("ContainerNotFound")

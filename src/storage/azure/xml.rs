@@ -72,9 +72,35 @@ pub(super) fn decode_entities(s: &str) -> std::result::Result<String, String> {
 
 /// Parses one List Blobs page: blob names (entities decoded; `Encoded="true"` names
 /// percent-decoded) and the next marker (`None` when empty or absent).
-pub(super) fn parse_list_page(
-    xml: &str,
-) -> std::result::Result<(Vec<String>, Option<String>), String> {
+/// One page of List Blobs: each blob's name and `Last-Modified` (epoch ms, when present and
+/// readable), and the marker of the next page.
+pub(super) type ListPage = (Vec<(String, Option<i64>)>, Option<String>);
+
+/// Epoch ms of an RFC 1123 HTTP date as Azure writes `Last-Modified`
+/// (`Thu, 26 Nov 2026 02:27:42 GMT`); `None` for anything else.
+pub(super) fn parse_http_date(s: &str) -> Option<i64> {
+    let parts: Vec<&str> = s.split_whitespace().collect();
+    let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
+        return None;
+    };
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let m = MONTHS.iter().position(|x| x == month)? as u32 + 1;
+    let d: u32 = day.parse().ok()?;
+    let y: i64 = year.parse().ok()?;
+    let hms: Vec<i64> = time
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let [h, mi, sec] = hms.as_slice() else {
+        return None;
+    };
+    let days = crate::units::days_from_civil(y, m, d);
+    Some(((days * 24 + h) * 60 + mi) * 60_000 + sec * 1000)
+}
+
+pub(super) fn parse_list_page(xml: &str) -> std::result::Result<ListPage, String> {
     if !xml.contains("<EnumerationResults") {
         return Err("not a List Blobs answer".into());
     }
@@ -90,7 +116,10 @@ pub(super) fn parse_list_page(
                 .map_err(|_| "undecodable blob name".to_string())?
                 .into_owned();
         }
-        names.push(name);
+        let modified = elements(blob, "Last-Modified")
+            .next()
+            .and_then(|(_, raw)| parse_http_date(raw.trim()));
+        names.push((name, modified));
     }
     // The marker follows the Blobs element; search after it so no blob can shadow it.
     let tail = xml.rfind("</Blobs>").map_or(xml, |i| &xml[i..]);

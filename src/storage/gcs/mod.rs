@@ -333,10 +333,21 @@ impl Storage for GcsBackend {
 
     /// Follows `nextPageToken` through every page; keys that [`validate_key`] refuses are skipped.
     fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self
+            .list_with_times(prefix)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
+
+    fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
         validate_prefix(prefix)?;
         #[derive(Deserialize)]
         struct Item {
             name: String,
+            /// RFC 3339 time of the object's last change.
+            #[serde(default)]
+            updated: Option<String>,
         }
         #[derive(Deserialize)]
         struct Page {
@@ -353,7 +364,7 @@ impl Storage for GcsBackend {
         let mut token: Option<String> = None;
         loop {
             let mut url = format!(
-                "{}/storage/v1/b/{}/o?maxResults=1000&fields=items(name),nextPageToken",
+                "{}/storage/v1/b/{}/o?maxResults=1000&fields=items(name,updated),nextPageToken",
                 self.base,
                 enc(&self.bucket)
             );
@@ -375,7 +386,11 @@ impl Storage for GcsBackend {
                     continue;
                 }
                 if validate_key(&item.name).is_ok() {
-                    keys.push(item.name);
+                    let t = item
+                        .updated
+                        .as_deref()
+                        .and_then(|u| crate::units::parse_time(u).ok());
+                    keys.push((item.name, t));
                 } else {
                     log::debug!("gcs: skipping object {:?}: not a valid key", item.name);
                 }
@@ -392,7 +407,7 @@ impl Storage for GcsBackend {
             }
         }
         keys.sort();
-        keys.dedup();
+        keys.dedup_by(|a, b| a.0 == b.0);
         Ok(keys)
     }
 

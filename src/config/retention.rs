@@ -1,0 +1,54 @@
+//! The `retention:` section of a backup configuration (issue 23, item 1): `forget`'s rules,
+//! applied after each successful backup (`crate::retention`). Checked here: the section belongs
+//! to mode backup and keeps something.
+
+use crate::error::{Error, Result};
+use crate::retention::policy::{Count, Policy, Within};
+use crate::retention::{Options, DEFAULT_PRUNE_GRACE};
+use serde::{Deserialize, Serialize};
+
+/// The configuration's `retention:` section: the same rules as `forget`, applied after each
+/// successful backup (README "Retention (forget)"). Counts are whole numbers or `unlimited`;
+/// `keep_within` and `prune_grace` are restic durations (`30d`, `1y6m`, `36h`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    pub keep_last: Option<Count>,
+    pub keep_daily: Option<Count>,
+    pub keep_weekly: Option<Count>,
+    pub keep_monthly: Option<Count>,
+    pub keep_within: Option<Within>,
+    /// Remove interrupted backups older than the newest completed one.
+    pub prune_interrupted: bool,
+    /// Delete orphaned objects older than `prune_grace`.
+    pub prune: bool,
+    /// Default 24h.
+    pub prune_grace: Option<Within>,
+}
+
+impl RetentionConfig {
+    /// The [`Options`] of this section (never a dry run).
+    ///
+    /// Errors: `Configuration error: retention: no keep_* rule ...` when it keeps nothing.
+    pub fn options(&self) -> Result<Options> {
+        let policy = Policy {
+            keep_last: self.keep_last,
+            keep_daily: self.keep_daily,
+            keep_weekly: self.keep_weekly,
+            keep_monthly: self.keep_monthly,
+            keep_within: self.keep_within,
+        };
+        if policy.is_empty() {
+            return Err(Error::Config(
+                "retention: no keep_last, keep_daily, keep_weekly, keep_monthly (above 0) or keep_within is set, so every backup would be removed: set at least one".into(),
+            ));
+        }
+        Ok(Options {
+            policy,
+            dry_run: false,
+            prune_interrupted: self.prune_interrupted,
+            prune: self.prune,
+            prune_grace: self.prune_grace.unwrap_or(DEFAULT_PRUNE_GRACE),
+        })
+    }
+}

@@ -1,0 +1,304 @@
+//! `forget` on the memory storage with manifests written here (the integration tests in
+//! tests/forget.rs use backups made by the tool against the broker).
+
+use super::*;
+use crate::storage::memory::MemoryStorage;
+use std::sync::Arc;
+
+const DAY: i64 = 86_400_000;
+
+fn store(tag: u32) -> Arc<dyn Storage> {
+    let s = MemoryStorage::named(&format!("retention-{}-{tag}", std::process::id()));
+    s.clear();
+    s
+}
+
+/// A backup `id` created at `created` with one segment; completed or not.
+fn backup(s: &dyn Storage, id: &str, created: i64, completed: bool) {
+    let mut m = Manifest::new(id, created);
+    m.completed_at = completed.then_some(created + 1000);
+    let seg = format!("{id}/queues/_default/q/segment-0001.zst");
+    m.queues.push(crate::manifest::QueueBackup {
+        vhost: "/".into(),
+        name: "q".into(),
+        queue_type: crate::broker::QueueType::Classic,
+        segments: vec![crate::manifest::SegmentMetadata {
+            key: seg.clone(),
+            sequence: 1,
+            record_count: 1,
+            size_bytes: 1,
+            uncompressed_bytes: 1,
+            first_timestamp: None,
+            last_timestamp: None,
+            checksum: "0".repeat(64),
+        }],
+        message_count: 1,
+        first_message_timestamp: None,
+        last_message_timestamp: None,
+        messages_unacknowledged_at_start: None,
+        messages_left_out: None,
+        consumer_offsets: Default::default(),
+    });
+    s.put_bytes(&seg, b"x").unwrap();
+    s.put_bytes(&manifest_key(id), m.to_json_pretty().unwrap().as_bytes())
+        .unwrap();
+}
+
+fn opts(policy: Policy) -> Options {
+    Options {
+        policy,
+        dry_run: false,
+        prune_interrupted: false,
+        prune: false,
+        prune_grace: DEFAULT_PRUNE_GRACE,
+    }
+}
+
+fn last(n: u32) -> Policy {
+    Policy {
+        keep_last: Some(Count::N(n)),
+        ..Policy::default()
+    }
+}
+
+fn actions(r: &ForgetReport) -> Vec<(String, bool)> {
+    r.backups
+        .iter()
+        .map(|b| (b.backup_id.clone(), b.remove))
+        .collect()
+}
+
+#[test]
+fn an_empty_policy_is_a_configuration_error() {
+    let s = store(line!());
+    let e = forget(&s, &opts(Policy::default())).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("Configuration error: forget needs"),
+        "{e}"
+    );
+    assert!(RetentionConfig::default().options().is_err());
+}
+
+#[test]
+fn removed_backups_are_deleted_whole_and_a_dry_run_deletes_nothing() {
+    let s = store(line!());
+    for (i, id) in ["a", "b", "c"].iter().enumerate() {
+        backup(s.as_ref(), id, i as i64 * DAY, true);
+    }
+    s.put_bytes("a/state/offsets.db", b"db").unwrap();
+    let mut o = opts(last(1));
+    o.dry_run = true;
+    let r = forget(&s, &o).unwrap();
+    assert_eq!(
+        actions(&r),
+        [("a".into(), true), ("b".into(), true), ("c".into(), false)]
+    );
+    assert_eq!(s.list_backup_ids().unwrap(), ["a", "b", "c"]);
+    let r = forget(&s, &opts(last(1))).unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    // Manifest, segment, offsets.db and the run lock forget held while deleting.
+    assert_eq!(r.backups[0].deleted_objects, Some(4));
+    assert_eq!(
+        s.list("").unwrap(),
+        ["c/manifest.json", "c/queues/_default/q/segment-0001.zst"]
+    );
+    assert_eq!(r.summary(), "1 backup(s) kept, 2 removed");
+}
+
+#[test]
+fn interrupted_backups_are_kept_unless_older_and_asked() {
+    let s = store(line!());
+    backup(s.as_ref(), "old-int", 0, false);
+    backup(s.as_ref(), "done", DAY, true);
+    backup(s.as_ref(), "new-int", 2 * DAY, false);
+    let r = forget(&s, &opts(last(5))).unwrap();
+    assert!(r.backups.iter().all(|b| !b.remove));
+    assert!(
+        r.backups[2].reasons[0].contains("--prune-interrupted"),
+        "{:?}",
+        r.backups
+    );
+    let mut o = opts(last(5));
+    o.prune_interrupted = true;
+    let r = forget(&s, &o).unwrap();
+    assert_eq!(
+        actions(&r),
+        [
+            ("done".into(), false),
+            ("new-int".into(), false),
+            ("old-int".into(), true)
+        ]
+    );
+    assert_eq!(s.list_backup_ids().unwrap(), ["done", "new-int"]);
+}
+
+#[test]
+fn a_busy_lock_keeps_a_backup_and_its_prefix() {
+    let s = store(line!());
+    backup(s.as_ref(), "a", 0, true);
+    backup(s.as_ref(), "b", DAY, true);
+    let lock = crate::lock::RunLock::acquire(s.clone(), "a").unwrap();
+    let mut o = opts(last(1));
+    o.prune = true;
+    o.prune_grace = Within::parse("0h").unwrap();
+    let r = forget(&s, &o).unwrap();
+    assert_eq!(r.backups[0].status, "running");
+    assert!(!r.backups[0].remove && r.backups[0].reasons[0].starts_with("running: locked by host"));
+    assert!(s.head(&manifest_key("a")).unwrap().is_some());
+    lock.release();
+    let r = forget(&s, &opts(last(1))).unwrap();
+    assert_eq!(actions(&r), [("a".into(), true), ("b".into(), false)]);
+}
+
+#[test]
+fn a_sharded_backup_loses_a_part_before_its_manifest() {
+    let s = store(line!());
+    backup(s.as_ref(), "new", 5 * DAY, true);
+    // Two complete parts and their merged manifest.
+    for i in 0..2u32 {
+        let mut m = Manifest::new("sh", DAY);
+        m.completed_at = Some(DAY + 5);
+        m.shard = Some(crate::shard::Shard { index: i, count: 2 });
+        s.put_bytes(
+            &format!("sh/parts/{i}-of-2.json"),
+            m.to_json_pretty().unwrap().as_bytes(),
+        )
+        .unwrap();
+    }
+    let merged = Manifest::read(s.as_ref(), "sh").unwrap();
+    assert_eq!(
+        (merged.parts, merged.completed_at.is_some()),
+        (Some(2), true)
+    );
+    assert!(
+        s.head("sh/manifest.json").unwrap().is_some(),
+        "merged on read"
+    );
+    let parts = Some(2);
+    // The first delete alone leaves no complete backup to read.
+    s.delete(&s.list("sh/parts/").unwrap()[0]).unwrap();
+    s.delete("sh/manifest.json").unwrap();
+    assert!(Manifest::read(s.as_ref(), "sh")
+        .unwrap()
+        .completed_at
+        .is_none());
+    assert!(
+        s.head("sh/manifest.json").unwrap().is_none(),
+        "not merged back"
+    );
+    delete_backup(s.as_ref(), "sh", parts, &[]).unwrap();
+    assert_eq!(s.list_backup_ids().unwrap(), ["new"]);
+}
+
+#[test]
+fn prune_takes_old_orphans_only() {
+    let s = store(line!());
+    backup(s.as_ref(), "a", 0, true);
+    s.put_bytes("a/queues/_default/q/segment-0002.zst", b"orphan")
+        .unwrap();
+    s.put_bytes("gone/queues/_default/q/segment-0001.zst", b"orphan")
+        .unwrap();
+    s.put_bytes("notours/file", b"x").unwrap();
+    let mut o = opts(last(1));
+    o.prune = true;
+    // The memory storage reports no times: nothing is old enough.
+    let r = forget(&s, &o).unwrap();
+    let keys: Vec<&str> = r.orphans.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "a/queues/_default/q/segment-0002.zst",
+            "gone/queues/_default/q/segment-0001.zst"
+        ]
+    );
+    assert!(r
+        .orphans
+        .iter()
+        .all(|o| !o.remove && o.reason.starts_with("age unknown")));
+    assert!(s
+        .head("gone/queues/_default/q/segment-0001.zst")
+        .unwrap()
+        .is_some());
+    // On the filesystem, with times: a grace of 0h takes them, and nothing else.
+    let dir = crate::storage::conformance::TempDir::new("prune");
+    let fs = crate::storage::open_filesystem(&dir.0, None).unwrap();
+    backup(fs.as_ref(), "a", 0, true);
+    fs.put_bytes("a/queues/_default/q/segment-0002.zst", b"orphan")
+        .unwrap();
+    fs.put_bytes("a/definitions/rollback-before-import-1.zst", b"keep")
+        .unwrap();
+    fs.put_bytes("gone/queues/_default/q/segment-0001.zst", b"orphan")
+        .unwrap();
+    fs.put_bytes("notours/file", b"x").unwrap();
+    let mut young = o;
+    young.dry_run = false;
+    let r = forget(&fs, &young).unwrap();
+    assert!(
+        r.orphans
+            .iter()
+            .all(|o| !o.remove && o.reason == "younger than 24h"),
+        "{:?}",
+        r.orphans
+    );
+    o.prune_grace = Within::parse("0h").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let r = forget(&fs, &o).unwrap();
+    assert_eq!(
+        r.orphans.iter().filter(|o| o.remove).count(),
+        2,
+        "{:?}",
+        r.orphans
+    );
+    assert_eq!(
+        fs.list("").unwrap(),
+        [
+            "a/definitions/rollback-before-import-1.zst",
+            "a/manifest.json",
+            "a/queues/_default/q/segment-0001.zst",
+            "notours/file"
+        ]
+    );
+}
+
+#[test]
+fn the_report_renders_as_text_and_json() {
+    let s = store(line!());
+    backup(s.as_ref(), "a", 0, true);
+    backup(s.as_ref(), "b", DAY, true);
+    let mut o = opts(last(1));
+    o.dry_run = true;
+    let r = forget(&s, &o).unwrap();
+    let text = r.render(false).unwrap();
+    assert!(
+        text.contains("(dry run: nothing deleted)") && text.contains("not kept by keep-last 1"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&r.render(true).unwrap()).unwrap();
+    assert_eq!(v["backups"][0]["action"], "remove");
+    assert_eq!(v["backups"][1]["reasons"][0], "last");
+    assert_eq!(v["dry_run"], true);
+}
+
+#[test]
+fn prune_leaves_the_prefix_of_a_run_that_holds_its_lock() {
+    let dir = crate::storage::conformance::TempDir::new("prune-busy");
+    let fs = crate::storage::open_filesystem(&dir.0, None).unwrap();
+    backup(fs.as_ref(), "done", 0, true);
+    // A run that has taken its lock and stored a segment, before its first manifest.
+    let lock = crate::lock::RunLock::acquire(fs.clone(), "starting").unwrap();
+    fs.put_bytes("starting/queues/_default/q/segment-0001.zst", b"fresh")
+        .unwrap();
+    let mut o = opts(last(1));
+    o.prune = true;
+    o.prune_grace = Within::parse("0h").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let r = forget(&fs, &o).unwrap();
+    assert!(r.orphans.is_empty(), "{:?}", r.orphans);
+    assert_eq!(fs.list("starting/").unwrap().len(), 2);
+    lock.release();
+    // Once its run has ended (and left no manifest), the prefix is orphaned.
+    let r = forget(&fs, &o).unwrap();
+    assert_eq!(r.orphans.len(), 2, "{:?}", r.orphans);
+    assert!(fs.list("starting/").unwrap().is_empty());
+}
