@@ -12,6 +12,22 @@ scripts/setup-rabbitmq.sh
 scripts/setup-storage.sh
 scripts/setup-rabbitmq-tls.sh
 scripts/setup-rabbitmq-cluster.sh
+# Tools of the packaging tests: promtool (Debian's prometheus package) for
+# tests/packaging_alerts.rs, and a container engine (podman; runc, which runs on hosts with
+# hybrid cgroups where crun does not) for tests/container_image.rs. --no-install-recommends
+# keeps the Prometheus server's extras out (on a host running systemd the package starts its
+# own server on :9090; the tests use only promtool).
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
+if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "scripts/test.sh: installing ${missing[*]} (apt-get)" >&2
+    sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
+        { $sudo apt-get update >&2 && $sudo apt-get install -y --no-install-recommends "${missing[@]}" >&2; }
+fi
 fuzz_secs=${RMQ_BACKUP_FUZZ_SECS:-5}
 fuzz_log=$(mktemp)
 logs=$(mktemp -d)
@@ -25,7 +41,7 @@ fi
 # of the test cluster (one binary at a time), and all the others. Each group's output is
 # printed when it ends; the run fails if any group fails.
 cargo test --locked --no-run "$@"
-slow_builds=(packaging static_binary)
+slow_builds=(packaging static_binary container_image)
 cluster=(cluster faults_broker faults_restore)
 rest=()
 for f in tests/*.rs; do
