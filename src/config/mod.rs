@@ -19,6 +19,7 @@
 mod backup;
 mod checkpoints;
 mod checks;
+mod encryption;
 mod interpolate;
 mod metrics;
 mod restore;
@@ -30,6 +31,7 @@ mod validate;
 
 pub use backup::{BackupOptions, CompressionKind, RequeueStrategy, ShardConfig};
 pub use checkpoints::{OffsetBackend, OffsetStorageConfig};
+pub use encryption::{BackupEncryption, RestoreEncryption};
 pub use metrics::MetricsConfig;
 pub use restore::{DefinitionsSelection, PublishMode, RestoreOptions, StreamOffsets};
 pub use source::{QueueSelection, SourceConfig, TlsConfig};

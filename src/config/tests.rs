@@ -213,6 +213,7 @@ fn full_example_parses_every_field() {
             stream_enabled: true,
             shard: None,
             stream_offset_references: vec!["app-1".into(), "billing".into()],
+            encryption: None,
         }
     );
     let r = &c.restore;
