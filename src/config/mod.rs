@@ -23,6 +23,7 @@ mod encryption;
 mod interpolate;
 mod metrics;
 mod restore;
+mod secret_files;
 mod source;
 mod storage;
 mod target;
@@ -158,6 +159,7 @@ impl Config {
         let mut config: Config =
             serde_norway::from_str(text).map_err(|e| Error::Serialization(e.to_string()))?;
         config.interpolate_env()?;
+        config.load_secret_files()?;
         config.validate()?;
         Ok(config)
     }
