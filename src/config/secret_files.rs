@@ -179,7 +179,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("pw");
         std::fs::write(&file, "p@ss:w/rd\n").unwrap();
-        let mut urls = vec![
+        let mut urls = [
             "amqp://app@rabbit-0:5672/%2f".to_string(),
             "amqps://app@rabbit-1".to_string(),
         ];
@@ -189,7 +189,7 @@ mod tests {
         let url = crate::amqp::AmqpUrl::parse(&urls[0]).unwrap();
         assert_eq!(url.password, "p@ss:w/rd");
 
-        let mut twice = vec!["amqp://app:x@h".to_string()];
+        let mut twice = ["amqp://app:x@h".to_string()];
         let e = fill_amqp_password(twice.iter_mut(), &Some(file.clone()), "source").unwrap_err();
         assert_eq!(e.to_string(), "Configuration error: source.amqp_password_file is set but source.amqp_url (URL 1) holds a password already: give it in one place");
         let e = read_secret_file(&dir.join("absent"), "storage.secret_key_file").unwrap_err();
