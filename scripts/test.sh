@@ -12,6 +12,11 @@ scripts/setup-rabbitmq.sh
 scripts/setup-storage.sh
 scripts/setup-rabbitmq-tls.sh
 scripts/setup-rabbitmq-cluster.sh
+# The age tool: tests/encryption.rs decrypts a stored segment with it (Debian's package).
+if ! command -v age >/dev/null; then
+    sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
+    $sudo apt-get install -y age || { $sudo apt-get update && $sudo apt-get install -y age; }
+fi
 fuzz_secs=${RMQ_BACKUP_FUZZ_SECS:-5}
 fuzz_log=$(mktemp)
 logs=$(mktemp -d)
