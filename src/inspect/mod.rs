@@ -256,6 +256,13 @@ pub fn describe(storage: &dyn Storage, backup_id: &str, format: Format) -> Resul
             )
         }),
     );
+    if let Some(e) = &m.encryption {
+        line(
+            &mut out,
+            "Encryption:",
+            format!("{} to {}", e.scheme, e.recipients.join(", ")),
+        );
+    }
     line(
         &mut out,
         "Totals:",
