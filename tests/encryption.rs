@@ -324,6 +324,47 @@ fn encrypted_filesystem_backup_holds_nothing_in_clear_and_restores_with_the_iden
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stdout.contains(&marker), "{stdout}");
 
+    // An unencrypted backup reads as before with an identity given, and its manifest has
+    // none of the new fields (byte for byte what SPEC.md describes).
+    let plain_id = format!("{id}-plain");
+    let cfg = write_config(
+        dir.path(),
+        "plain.yaml",
+        &backup_yaml(&plain_id, &vh.name, &store, "  compression: none\n"),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let plain_manifest =
+        std::fs::read_to_string(store.join(&plain_id).join("manifest.json")).unwrap();
+    assert!(!plain_manifest.contains("encryption"), "{plain_manifest}");
+    assert!(!plain_manifest.contains(".age"), "{plain_manifest}");
+    let out = run_cli(&[
+        "validate",
+        "--path",
+        &url,
+        "--backup-id",
+        &plain_id,
+        "--deep",
+        "--identity-file",
+        escrow,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let out = run_cli_env(
+        &[
+            "cat",
+            "--path",
+            &url,
+            "--backup-id",
+            &plain_id,
+            "--queue",
+            "orders",
+            "--limit",
+            "1",
+        ],
+        &[("RMQ_BACKUP_AGE_IDENTITY", k.escrow_secret.as_str())],
+    );
+    assert!(text(&out).0.contains(&marker), "{:?}", text(&out));
+
     // Restore with the operator's identity: identical, definitions imported (the target's
     // own definitions saved first, encrypted too).
     let target = vh.sibling("target");
