@@ -44,6 +44,9 @@ fn create_buckets(name: &str) {
         tenant_id: None,
         client_secret: None,
         sas_token: None,
+        account_key_file: None,
+        client_secret_file: None,
+        sas_token_file: None,
     };
     let opts = rmq_backup::storage::azure::AzureOptions::from_config(&cfg, &|_| None)
         .expect("azure options");

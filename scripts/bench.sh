@@ -15,6 +15,8 @@
 #          many small queues beside a raw single-connection client (`many 20000 0`: empty ones)
 #        scripts/bench.sh tls [messages=100000] [body_bytes=1024]
 #          backup and restore over TLS against the plain port of the same node (BIN=<binary>)
+#        scripts/bench.sh encryption [messages=100000] [body_bytes=1024] [text|random]
+#          encrypted (age) against unencrypted backup and restore, alternating (BIN=<binary>)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-rabbitmq.sh
@@ -84,6 +86,12 @@ if [[ "${1:-}" == tls ]]; then
   scripts/setup-rabbitmq-tls.sh
   cargo build --release --quiet --bin rmq-backup --example tls_bench
   exec target/release/examples/tls_bench "${BIN:-target/release/rmq-backup}" "${1:-100000}" "${2:-1024}"
+fi
+if [[ "${1:-}" == encryption ]]; then
+  # Encryption at rest against none, same queue, same run (BENCH_ROUNDS, default 3).
+  shift
+  cargo build --release --quiet --bin rmq-backup --example encryption_bench
+  exec target/release/examples/encryption_bench "${BIN:-target/release/rmq-backup}" "${1:-100000}" "${2:-1024}" "${3:-text}"
 fi
 if [[ "${1:-}" == many ]]; then
   # Many small queues beside a raw single-connection client: [queues=5000] [per queue=4]

@@ -108,7 +108,8 @@ struct DescribeCmd {
 }
 
 /// Validate a backup: every segment present with its size; with --deep also fetched and
-/// checked (CRC32, SHA-256, record count, every record). Exit 3 when damaged.
+/// checked (CRC32, SHA-256, record count, every record; an encrypted backup decrypted with
+/// --identity-file or RMQ_BACKUP_AGE_IDENTITY). Exit 3 when damaged.
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "validate")]
 struct ValidateCmd {
@@ -124,6 +125,10 @@ struct ValidateCmd {
     /// output format: table (default) or json
     #[argh(option, default = "Format::Table")]
     format: Format,
+    /// age identity file that decrypts an encrypted backup for --deep (default: the
+    /// environment variable RMQ_BACKUP_AGE_IDENTITY; a shallow check needs none)
+    #[argh(option)]
+    identity_file: Option<PathBuf>,
 }
 
 /// Exit code when `validate` finds damage, or `list` finds a manifest it cannot read.
@@ -279,8 +284,21 @@ fn run(command: Command) -> Result<i32> {
             Ok(0)
         }
         Command::Validate(cmd) => {
+            let keys = if cmd.deep {
+                crate::encryption::Identities::load(
+                    cmd.identity_file.as_deref(),
+                    "--identity-file",
+                )?
+            } else {
+                None
+            };
             let storage = open_url(&cmd.path)?;
-            let report = inspect::validate(storage.as_ref(), &cmd.backup_id, cmd.deep)?;
+            let report = inspect::validate_with_keys(
+                storage.as_ref(),
+                &cmd.backup_id,
+                cmd.deep,
+                keys.as_ref(),
+            )?;
             print!("{}", report.render(cmd.format)?);
             Ok(if report.is_valid() { 0 } else { EXIT_DAMAGED })
         }

@@ -9,6 +9,7 @@
 //! own definitions are saved to `definitions/rollback-before-import-<epoch ms><ext>`.
 
 use crate::config::{DefinitionsSelection, RestoreOptions};
+use crate::encryption::{self, Identities, Recipients};
 use crate::error::{Error, Result};
 use crate::management::ManagementClient;
 use crate::manifest::DefinitionsBackup;
@@ -19,23 +20,34 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 
 /// Exports the source broker's definitions, stores them compressed under
-/// `{backup_id}/definitions/definitions.json<ext>` and returns the manifest entry.
+/// `{backup_id}/definitions/definitions.json<ext>` and returns the manifest entry. With
+/// `encrypt` (`backup.encryption`) the compressed file is stored encrypted, under
+/// `definitions.json<ext>.age` (`crate::encryption`).
 ///
 /// Errors: management API errors, `Serialization error` when the export is not JSON,
-/// compression and storage errors.
+/// compression, encryption and storage errors.
 pub fn export(
     mgmt: &ManagementClient,
     storage: &dyn Storage,
     backup_id: &str,
     compression: Compression,
     level: i32,
+    encrypt: Option<&Recipients>,
 ) -> Result<DefinitionsBackup> {
     let raw = mgmt.export_definitions()?;
     let doc: Value = serde_json::from_slice(&raw)
         .map_err(|e| Error::Serialization(format!("definitions export is not JSON: {e}")))?;
     let count = |k: &str| doc.get(k).and_then(Value::as_array).map_or(0, Vec::len);
-    let key = crate::manifest::definitions_key(backup_id, compression.extension());
-    storage.put_bytes(&key, &compress(&raw, compression, level)?)?;
+    let ext = match encrypt {
+        Some(_) => format!("{}{}", compression.extension(), encryption::EXTENSION),
+        None => compression.extension().to_string(),
+    };
+    let key = crate::manifest::definitions_key(backup_id, &ext);
+    let compressed = compress(&raw, compression, level)?;
+    match encrypt {
+        Some(recipients) => storage.put_bytes(&key, &recipients.encrypt_bytes(&compressed)?)?,
+        None => storage.put_bytes(&key, &compressed)?,
+    }
     log::info!(
         "definitions: {} vhosts, {} queues, {} exchanges, {} bindings stored in {key}",
         count("vhosts"),
@@ -50,6 +62,7 @@ pub fn export(
         exchange_count: count("exchanges"),
         user_count: count("users"),
         size_bytes: raw.len() as u64,
+        encryption: encrypt.map(|_| encryption::SCHEME.to_string()),
     })
 }
 
@@ -65,21 +78,50 @@ pub struct ImportSummary {
     pub rollback_key: Option<String>,
 }
 
+/// The definitions JSON of a backup: fetched, decrypted with `keys` when stored encrypted
+/// (`entry.encryption`), decompressed.
+///
+/// Errors: the storage's; `Encryption error:` for an encrypted file without `keys`, with the
+/// wrong ones, or damaged; decompression errors.
+pub fn read_stored(
+    storage: &dyn Storage,
+    entry: &DefinitionsBackup,
+    keys: Option<&Identities>,
+) -> Result<Vec<u8>> {
+    let stored = storage.get_bytes(&entry.key)?;
+    let compressed = match entry.encryption.as_deref() {
+        None => stored,
+        Some(encryption::SCHEME) => keys
+            .ok_or_else(|| encryption::missing_identity(&entry.key))?
+            .decrypt_bytes(&stored, &entry.key)?,
+        Some(other) => {
+            return Err(Error::Encryption(format!(
+                "{} is stored with encryption {other:?}, which this version does not read",
+                entry.key
+            )))
+        }
+    };
+    decompress(&compressed, Compression::from_key(&entry.key))
+}
+
 /// Restores the definitions of a backup into the target broker (or, with
-/// `definitions_dry_run`, only checks them).
+/// `definitions_dry_run`, only checks them). `keys` decrypt an encrypted backup's file; the
+/// target's own definitions saved before the import are encrypted to `rollback_to` (the
+/// backup's recipients) when given.
 ///
 /// Errors: a selected vhost, queue or exchange absent from the backup fails before anything is
-/// imported (`Configuration error`); storage, decompression and management API errors
-/// (`HTTP 500` when the broker refuses the definitions).
+/// imported (`Configuration error`); storage, decryption, decompression and management API
+/// errors (`HTTP 500` when the broker refuses the definitions).
 pub fn import(
     mgmt: &ManagementClient,
     storage: &dyn Storage,
     backup_id: &str,
     entry: &DefinitionsBackup,
     opts: &RestoreOptions,
+    keys: Option<&Identities>,
+    rollback_to: Option<&Recipients>,
 ) -> Result<ImportSummary> {
-    let compressed = storage.get_bytes(&entry.key)?;
-    let raw = decompress(&compressed, Compression::from_key(&entry.key))?;
+    let raw = read_stored(storage, entry, keys)?;
     let doc: Value = serde_json::from_slice(&raw).map_err(|e| {
         Error::Serialization(format!("definitions file {} is not JSON: {e}", entry.key))
     })?;
@@ -92,12 +134,14 @@ pub fn import(
     }
     let compression = Compression::from_key(&entry.key);
     let snapshot = mgmt.export_definitions()?;
-    let rollback_key = crate::manifest::rollback_definitions_key(
-        backup_id,
-        crate::now_ms(),
-        compression.extension(),
-    );
-    storage.put_bytes(&rollback_key, &compress(&snapshot, compression, 3)?)?;
+    let mut ext = compression.extension().to_string();
+    let mut stored = compress(&snapshot, compression, 3)?;
+    if let Some(recipients) = rollback_to {
+        ext.push_str(encryption::EXTENSION);
+        stored = recipients.encrypt_bytes(&stored)?;
+    }
+    let rollback_key = crate::manifest::rollback_definitions_key(backup_id, crate::now_ms(), &ext);
+    storage.put_bytes(&rollback_key, &stored)?;
     log::info!("target definitions saved to {rollback_key} before the import");
     let body =
         serde_json::to_vec(&doc).map_err(|e| Error::Serialization(format!("definitions: {e}")))?;

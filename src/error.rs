@@ -36,6 +36,10 @@ pub enum Error {
     Authentication(String),
     /// `Manifest error:` manifest parsing or validation errors.
     Manifest(String),
+    /// `Encryption error:` an encrypted backup that cannot be written or read: no identity,
+    /// a wrong identity, an age file that does not authenticate (`crate::encryption`). A
+    /// category of this tool, beside SPEC.md's.
+    Encryption(String),
 }
 
 impl Error {
@@ -54,6 +58,7 @@ impl Error {
             Error::Connection(_) => "Connection error:",
             Error::Authentication(_) => "Authentication error:",
             Error::Manifest(_) => "Manifest error:",
+            Error::Encryption(_) => "Encryption error:",
         }
     }
 
@@ -71,14 +76,16 @@ impl Error {
             | Error::Io(m)
             | Error::Connection(m)
             | Error::Authentication(m)
-            | Error::Manifest(m) => m,
+            | Error::Manifest(m)
+            | Error::Encryption(m) => m,
         }
     }
 
     /// The `error_type` label value of SPEC.md "Metrics HTTP server" for this error:
     /// `amqp`, `stream`, `storage`, `serialization`, `connection`, `authentication`, and
     /// `configuration` for configuration errors (a value SPEC.md's list lacks; a bad
-    /// configuration is neither a broker nor a data fault). A management API refusal (HTTP 401
+    /// configuration is neither a broker nor a data fault), and `encryption` for encryption
+    /// errors (likewise this tool's own: `crate::encryption`). A management API refusal (HTTP 401
     /// or 403) is `authentication` (SPEC.md: "AMQP or management API authentication
     /// failures"); its other failures (unreachable, 5xx) are `connection`.
     pub fn error_type(&self) -> &'static str {
@@ -93,6 +100,7 @@ impl Error {
             Error::Connection(_) | Error::Management(_) => "connection",
             Error::Authentication(_) => "authentication",
             Error::Config(_) => "configuration",
+            Error::Encryption(_) => "encryption",
         }
     }
 
@@ -241,6 +249,7 @@ mod tests {
                 "amqp",
             ),
             (Error::Stream("Failed to connect: refused".into()), "stream"),
+            (Error::Encryption("k: wrong identity".into()), "encryption"),
         ];
         for (e, want) in cases {
             assert_eq!(e.error_type(), want, "{e}");

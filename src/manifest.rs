@@ -47,6 +47,10 @@ pub struct Manifest {
     /// In a sharded backup's merged manifest: how many parts it was written in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parts: Option<u32>,
+    /// An encrypted backup's scheme and recipients' public keys (README "Encryption at
+    /// rest"); absent in an unencrypted backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<crate::encryption::EncryptionInfo>,
 }
 
 /// The definitions file of a backup (SPEC.md "Manifest", DefinitionsBackup).
@@ -64,6 +68,10 @@ pub struct DefinitionsBackup {
     pub user_count: usize,
     /// Uncompressed size of the definitions JSON, bytes.
     pub size_bytes: u64,
+    /// How the file is stored when not as SPEC.md says: `age` (`crate::encryption::SCHEME`)
+    /// for an age file whose plaintext is the compressed definitions. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<String>,
 }
 
 /// One backed-up queue (SPEC.md "Manifest", QueueBackup).
@@ -115,8 +123,14 @@ pub struct SegmentMetadata {
     pub first_timestamp: Option<i64>,
     /// backed_up_at (epoch ms) of the last record.
     pub last_timestamp: Option<i64>,
-    /// Lowercase SHA-256 hex (64 characters) of the whole segment file.
+    /// Lowercase SHA-256 hex (64 characters) of the whole segment file as stored (of the
+    /// age file when the segment is encrypted).
     pub checksum: String,
+    /// How the segment is stored when not as SPEC.md says: `age`
+    /// (`crate::encryption::SCHEME`) for an age file whose plaintext is the RBAK file; then
+    /// `size_bytes` and `checksum` are the age file's. Absent for a plain RBAK file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<String>,
 }
 
 impl QueueBackup {
@@ -170,6 +184,7 @@ impl SegmentMetadata {
             first_timestamp: seg.first_timestamp,
             last_timestamp: seg.last_timestamp,
             checksum: seg.checksum.clone(),
+            encryption: None,
         }
     }
 }
@@ -192,6 +207,7 @@ impl Manifest {
             total_segments: 0,
             shard: None,
             parts: None,
+            encryption: None,
         }
     }
 
@@ -383,6 +399,7 @@ mod tests {
                 exchange_count: 4,
                 user_count: 1,
                 size_bytes: 999,
+                encryption: None,
             }),
             queues: vec![QueueBackup {
                 vhost: "/".into(),
@@ -397,6 +414,7 @@ mod tests {
                     first_timestamp: Some(1),
                     last_timestamp: Some(2),
                     checksum: "ab".repeat(32),
+                    encryption: None,
                 }],
                 message_count: 10,
                 first_message_timestamp: Some(1),
@@ -410,6 +428,7 @@ mod tests {
             total_segments: 1,
             shard: None,
             parts: None,
+            encryption: None,
         }
     }
 

@@ -152,6 +152,19 @@ pub fn assemble(storage: &dyn Storage, backup_id: &str) -> Result<Option<Manifes
         if merged.definitions.is_none() {
             merged.definitions = m.definitions.clone();
         }
+        // Parts written with other recipients (workers configured apart): every key is listed,
+        // and each segment says how it is stored.
+        match (&mut merged.encryption, &m.encryption) {
+            (Some(all), Some(e)) => {
+                for r in &e.recipients {
+                    if !all.recipients.contains(r) {
+                        all.recipients.push(r.clone());
+                    }
+                }
+            }
+            (all @ None, Some(e)) => *all = Some(e.clone()),
+            (_, None) => {}
+        }
     }
     merged.completed_at = if complete {
         parts.iter().filter_map(|(_, m)| m.completed_at).max()

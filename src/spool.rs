@@ -57,7 +57,12 @@ impl SpoolDir {
         ));
         // Refused at once when segments could not be built there (before the broker is read).
         let probe = dir.join(".probe");
-        std::fs::create_dir_all(&dir)
+        // Private to this user (0700): segments are plaintext while they are built.
+        std::fs::create_dir_all(&base)
+            .and_then(|()| {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new().mode(0o700).create(&dir)
+            })
             .and_then(|()| std::fs::write(&probe, b"rmq-backup"))
             .and_then(|()| std::fs::remove_file(&probe))
             .map_err(|e| {

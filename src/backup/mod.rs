@@ -32,6 +32,7 @@ mod unacked;
 use crate::checkpoint::{self, Checkpoints};
 use crate::config::{BackupOptions, Config, SourceConfig};
 use crate::definitions;
+use crate::encryption::Recipients;
 use crate::error::{Error, Result};
 use crate::lock::RunLock;
 use crate::management::{ManagementClient, QueueInfo};
@@ -171,8 +172,14 @@ fn run_job(
         source.management_password.expose(),
         resolved.management.as_deref(),
     )?;
+    let recipients = opts
+        .encryption
+        .as_ref()
+        .map(|e| e.recipients())
+        .transpose()?;
     let mut manifest = Manifest::new(backup_id, now_ms());
     manifest.shard = target.shard;
+    manifest.encryption = recipients.as_ref().map(Recipients::info);
     let overview = mgmt.overview()?;
     let nodes = if source.node_local_reads {
         Nodes::with_locality(resolved.urls, &overview.listeners, &source.node_addresses)?
@@ -264,6 +271,7 @@ fn run_job(
             backup_id,
             compression,
             opts.compression_level,
+            recipients.as_ref(),
         )?);
     }
 
@@ -280,6 +288,7 @@ fn run_job(
         backup_id,
         checkpoint_id: target.checkpoint_id(),
         compression,
+        encrypt: recipients.as_ref(),
         spool: spool.path(),
         mgmt: &mgmt,
         left_out: Mutex::new(Vec::new()),
@@ -425,6 +434,8 @@ pub(super) struct QueueContext<'a> {
     /// (`run_state::Target::checkpoint_id`).
     checkpoint_id: String,
     compression: Compression,
+    /// `backup.encryption`: the recipients every segment is encrypted to.
+    encrypt: Option<&'a Recipients>,
     spool: &'a Path,
     /// The source's management API (who holds a queue's unacknowledged messages).
     mgmt: &'a ManagementClient,
@@ -502,7 +513,7 @@ fn run_queues(
             let rx = upload_rx.clone();
             let storage = storage.clone();
             spawn_named(s, "segment-upload", move || {
-                uploader(rx, storage.as_ref(), ctx.lock)
+                uploader(rx, storage.as_ref(), ctx.lock, ctx.encrypt)
             });
         }
         drop(upload_rx);

@@ -121,8 +121,26 @@ pub(super) fn completed_earlier(
     )))
 }
 
-/// Fetches a stored segment and checks its size and SHA-256 against its metadata.
+/// Fetches a stored segment and checks its size and SHA-256 against its metadata, and that
+/// it is stored as this run stores segments (encrypted or not, `backup.encryption`): a run
+/// that encrypts never keeps a plain segment, nor the other way round.
 fn verify_stored(ctx: &QueueContext, s: &SegmentMetadata) -> Result<()> {
+    if s.encryption.is_some() != ctx.encrypt.is_some() {
+        return Err(Error::Encryption(format!(
+            "{} is stored {}, but this run {} (backup.encryption changed)",
+            s.key,
+            if s.encryption.is_some() {
+                "encrypted"
+            } else {
+                "unencrypted"
+            },
+            if ctx.encrypt.is_some() {
+                "encrypts"
+            } else {
+                "does not encrypt"
+            }
+        )));
+    }
     match ctx.storage.head(&s.key)? {
         None => return Err(Error::Storage(format!("Key not found: {}", s.key))),
         Some(size) if size != s.size_bytes => {
@@ -266,8 +284,14 @@ pub(super) fn resume_stream(
 /// "Segment file").
 fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
     let path = unique_file(ctx.spool, &s.key);
-    let last = ctx.storage.get_to_file(&s.key, &path).and_then(|_| {
-        let reader = crate::segment::SegmentReader::open(&path)?;
+    // The backup side holds no identity: an encrypted segment cannot be read here, and needs
+    // not be (its offsets are in the checkpoint database, schema 2, which every run that
+    // encrypts writes).
+    let last = crate::fetch::fetch_segment(ctx.storage, &path, s, None).and_then(|fetched| {
+        let crate::fetch::FetchedSegment {
+            reader,
+            files: _files,
+        } = fetched;
         let mut last = None;
         for json in reader.records() {
             last = Some(json?);
@@ -277,7 +301,6 @@ fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
             None => Err(Error::Serialization(format!("{}: no records", s.key))),
         }
     });
-    let _ = std::fs::remove_file(&path);
     Ok(last?.delivery_tag)
 }
 
@@ -355,6 +378,7 @@ mod tests {
                 first_timestamp: None,
                 last_timestamp: None,
                 checksum: String::new(),
+                encryption: None,
             },
             offsets,
         }

@@ -3,6 +3,7 @@
 //! and the uploader threads that finish each segment and store it.
 
 use super::QueueContext;
+use crate::encryption::{self, Recipients};
 use crate::error::{Error, Result};
 use crate::lock::RunLock;
 use crate::management::QueueInfo;
@@ -212,13 +213,11 @@ pub(super) fn build_segments<'a>(
             open.writer.uncompressed_bytes(),
             open.opened.elapsed().as_millis()
         );
-        let key = manifest::segment_key(
-            ctx.backup_id,
-            &q.vhost,
-            &q.name,
-            *sequence,
-            ctx.compression.extension(),
-        );
+        let ext = match ctx.encrypt {
+            Some(_) => format!("{}{}", ctx.compression.extension(), encryption::EXTENSION),
+            None => ctx.compression.extension().to_string(),
+        };
+        let key = manifest::segment_key(ctx.backup_id, &q.vhost, &q.name, *sequence, &ext);
         let (tx, rx) = bounded(1);
         uploads
             .send(Upload {
@@ -351,9 +350,19 @@ fn segment_full(
 /// removes the spool file; the queue's builder records each stored segment. A segment is
 /// stored only while the run holds its lock, and only under a key no object has: a stored
 /// segment is never replaced (`crate::storage::conditional`).
-pub(super) fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage, lock: &RunLock) {
+///
+/// With `encrypt` (`backup.encryption`), the finished RBAK file is encrypted into a second
+/// spool file and removed at once, before the upload: the plaintext lives only while its
+/// segment is built. The manifest's size and SHA-256 are the stored age file's.
+pub(super) fn uploader(
+    jobs: Receiver<Upload>,
+    storage: &dyn Storage,
+    lock: &RunLock,
+    encrypt: Option<&Recipients>,
+) {
     for job in jobs {
         let path = job.writer.path().to_path_buf();
+        let sealed = path.with_extension("rbak.age");
         let result = job.writer.finish().and_then(|finished| {
             log::debug!(
                 segment = job.key.as_str();
@@ -363,32 +372,45 @@ pub(super) fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage, lock: &Run
                 finished.size_bytes,
                 finished.uncompressed_bytes
             );
+            let mut meta =
+                SegmentMetadata::from_finished(job.key.clone(), job.sequence, &finished);
+            let stored = match encrypt {
+                Some(recipients) => {
+                    let sealed_now = recipients.encrypt_file(&finished.path, &sealed);
+                    // The plaintext goes as soon as it is encrypted (or failed to be).
+                    let _ = std::fs::remove_file(&finished.path);
+                    let (size, checksum) = sealed_now?;
+                    meta.size_bytes = size;
+                    meta.checksum = checksum;
+                    meta.encryption = Some(encryption::SCHEME.to_string());
+                    sealed.as_path()
+                }
+                None => finished.path.as_path(),
+            };
             // Object stores retry transient failures themselves (storage::retry).
             lock.check()?;
-            if storage.put_file_new(&job.key, &finished.path)? == Conditional::Refused {
+            if storage.put_file_new(&job.key, stored)? == Conditional::Refused {
                 return Err(Error::Storage(format!(
                     "Failed to write {}: the key holds a segment already (another run stored it); this run stops and leaves it alone",
                     job.key
                 )));
             }
             job.metrics.segments_written.inc();
-            job.metrics.segments_bytes.add(finished.size_bytes);
+            job.metrics.segments_bytes.add(meta.size_bytes);
             log::trace!(
                 segment = job.key.as_str();
-                "segment {} stored: sha256 {}, timestamps {:?}..{:?}",
+                "segment {} stored: {} bytes, sha256 {}, timestamps {:?}..{:?}",
                 job.key,
-                finished.checksum,
-                finished.first_timestamp,
-                finished.last_timestamp
+                meta.size_bytes,
+                meta.checksum,
+                meta.first_timestamp,
+                meta.last_timestamp
             );
-            Ok(SegmentMetadata::from_finished(
-                job.key.clone(),
-                job.sequence,
-                &finished,
-            ))
+            Ok(meta)
         });
-        // The storage may have taken the file over; otherwise it is removed here.
+        // The storage may have taken the files over; otherwise they are removed here.
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&sealed);
         let _ = job.reply.send(result);
     }
 }

@@ -26,6 +26,7 @@ fn seg(sequence: u64) -> SegmentMetadata {
         first_timestamp: Some(1),
         last_timestamp: Some(2),
         checksum: "ab".repeat(32),
+        encryption: None,
     }
 }
 

@@ -97,6 +97,9 @@ pub struct BackupOptions {
     /// (`restore.stream_offsets`); default empty. RabbitMQ 3.10 cannot list references: they
     /// are named here.
     pub stream_offset_references: Vec<String>,
+    /// Encrypt segments and definitions with age to these recipients (README "Encryption at
+    /// rest"); default none (stored as SPEC.md says).
+    pub encryption: Option<super::encryption::BackupEncryption>,
 }
 
 /// `backup.shard`: which part of a sharded backup this run writes (`crate::shard`).
@@ -130,11 +133,15 @@ impl Default for BackupOptions {
             stream_enabled: false,
             shard: None,
             stream_offset_references: Vec::new(),
+            encryption: None,
         }
     }
 }
 
 pub(super) fn validate_backup_options(b: &BackupOptions) -> Result<()> {
+    if let Some(e) = &b.encryption {
+        e.recipients()?;
+    }
     check_positive(b.segment_max_bytes, "backup.segment_max_bytes")?;
     check_positive(b.segment_max_interval_ms, "backup.segment_max_interval_ms")?;
     if b.compression == CompressionKind::Zstd && !(1..=22).contains(&b.compression_level) {

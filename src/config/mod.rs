@@ -19,10 +19,12 @@
 mod backup;
 mod checkpoints;
 mod checks;
+mod encryption;
 mod interpolate;
 mod metrics;
 mod restore;
 mod retention;
+mod secret_files;
 mod source;
 mod storage;
 mod target;
@@ -31,6 +33,7 @@ mod validate;
 
 pub use backup::{BackupOptions, CompressionKind, RequeueStrategy, ShardConfig};
 pub use checkpoints::{OffsetBackend, OffsetStorageConfig};
+pub use encryption::{BackupEncryption, RestoreEncryption};
 pub use metrics::MetricsConfig;
 pub use restore::{DefinitionsSelection, PublishMode, RestoreOptions, StreamOffsets};
 pub use retention::RetentionConfig;
@@ -161,6 +164,7 @@ impl Config {
         let mut config: Config =
             serde_norway::from_str(text).map_err(|e| Error::Serialization(e.to_string()))?;
         config.interpolate_env()?;
+        config.load_secret_files()?;
         config.validate()?;
         Ok(config)
     }

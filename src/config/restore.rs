@@ -89,6 +89,9 @@ pub struct RestoreOptions {
     /// What becomes of the stream consumer offsets a backup holds
     /// (`backup.stream_offset_references`); default translate.
     pub stream_offsets: StreamOffsets,
+    /// Where the identity of an encrypted backup is (README "Encryption at rest"); unset:
+    /// `RMQ_BACKUP_AGE_IDENTITY`.
+    pub encryption: Option<super::encryption::RestoreEncryption>,
 }
 
 /// `restore.stream_offsets` (README "Stream consumer offsets").
@@ -125,6 +128,7 @@ impl Default for RestoreOptions {
             blocked_timeout_secs: 300,
             dry_run: false,
             stream_offsets: StreamOffsets::Translate,
+            encryption: None,
         }
     }
 }

@@ -24,8 +24,18 @@ pub struct SourceConfig {
     pub management_url: Urls,
     /// Management API user name.
     pub management_username: String,
-    /// Management API password; supports `${ENV_VAR}` interpolation.
+    /// Management API password; supports `${ENV_VAR}` interpolation. Required, here or in
+    /// `management_password_file`.
+    #[serde(default)]
     pub management_password: Secret,
+    /// A file holding the management API password (README "Secrets"), instead of
+    /// `management_password`.
+    #[serde(default)]
+    pub management_password_file: Option<PathBuf>,
+    /// A file holding the password of the user of every `amqp_url` (README "Secrets"); the
+    /// URLs then name the user without a password (`amqp://backup@rabbit/%2f`).
+    #[serde(default)]
+    pub amqp_password_file: Option<PathBuf>,
     /// Stream protocol port; used only when `backup.stream_enabled` is true. Unset: 5552, or
     /// 5551 (RabbitMQ's TLS stream port) when the source uses TLS; see
     /// [`SourceConfig::stream_port_for`].
@@ -70,6 +80,8 @@ impl fmt::Debug for SourceConfig {
             .field("management_url", &self.management_url)
             .field("management_username", &self.management_username)
             .field("management_password", &self.management_password)
+            .field("management_password_file", &self.management_password_file)
+            .field("amqp_password_file", &self.amqp_password_file)
             .field("stream_port", &self.stream_port)
             .field("tls", &self.tls)
             .field("queues", &self.queues)

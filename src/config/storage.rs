@@ -64,6 +64,10 @@ pub struct S3Storage {
     pub access_key: Option<Secret>,
     /// Secret access key; supports `${ENV_VAR}`; falls back to the standard environment variable.
     pub secret_key: Option<Secret>,
+    /// A file holding the access key id, instead of `access_key` (README "Secrets").
+    pub access_key_file: Option<PathBuf>,
+    /// A file holding the secret access key, instead of `secret_key`.
+    pub secret_key_file: Option<PathBuf>,
     /// Key prefix prepended to every storage key.
     pub prefix: Option<String>,
     /// Path-style requests, default false.
@@ -95,6 +99,12 @@ pub struct AzureStorage {
     pub client_secret: Option<Secret>,
     /// Shared access signature token; supports `${ENV_VAR}`.
     pub sas_token: Option<Secret>,
+    /// A file holding the account key, instead of `account_key` (README "Secrets").
+    pub account_key_file: Option<PathBuf>,
+    /// A file holding the client secret, instead of `client_secret`.
+    pub client_secret_file: Option<PathBuf>,
+    /// A file holding the SAS token, instead of `sas_token`.
+    pub sas_token_file: Option<PathBuf>,
 }
 
 /// `backend: gcs` fields (SPEC.md "storage").
@@ -160,6 +170,16 @@ struct RawStorage {
     sas_token: Option<Secret>,
     #[serde(default)]
     service_account_path: Option<PathBuf>,
+    #[serde(default)]
+    access_key_file: Option<PathBuf>,
+    #[serde(default)]
+    secret_key_file: Option<PathBuf>,
+    #[serde(default)]
+    account_key_file: Option<PathBuf>,
+    #[serde(default)]
+    client_secret_file: Option<PathBuf>,
+    #[serde(default)]
+    sas_token_file: Option<PathBuf>,
 }
 
 impl RawStorage {
@@ -187,6 +207,11 @@ impl RawStorage {
             ("client_secret", self.client_secret.is_some()),
             ("sas_token", self.sas_token.is_some()),
             ("service_account_path", self.service_account_path.is_some()),
+            ("access_key_file", self.access_key_file.is_some()),
+            ("secret_key_file", self.secret_key_file.is_some()),
+            ("account_key_file", self.account_key_file.is_some()),
+            ("client_secret_file", self.client_secret_file.is_some()),
+            ("sas_token_file", self.sas_token_file.is_some()),
         ];
         set.iter().filter(|(_, s)| *s).map(|(n, _)| *n).collect()
     }
@@ -210,6 +235,8 @@ impl TryFrom<RawStorage> for StorageConfig {
                     "endpoint",
                     "access_key",
                     "secret_key",
+                    "access_key_file",
+                    "secret_key_file",
                     "prefix",
                     "path_style",
                     "allow_http",
@@ -228,6 +255,9 @@ impl TryFrom<RawStorage> for StorageConfig {
                     "tenant_id",
                     "client_secret",
                     "sas_token",
+                    "account_key_file",
+                    "client_secret_file",
+                    "sas_token_file",
                 ],
             ),
             StorageBackend::Gcs => ("gcs", &["bucket", "service_account_path", "prefix"]),
@@ -252,6 +282,8 @@ impl TryFrom<RawStorage> for StorageConfig {
                 endpoint: raw.endpoint,
                 access_key: raw.access_key,
                 secret_key: raw.secret_key,
+                access_key_file: raw.access_key_file,
+                secret_key_file: raw.secret_key_file,
                 prefix: raw.prefix,
                 path_style: raw.path_style.unwrap_or(false),
                 allow_http: raw.allow_http.unwrap_or(false),
@@ -267,6 +299,9 @@ impl TryFrom<RawStorage> for StorageConfig {
                 tenant_id: raw.tenant_id,
                 client_secret: raw.client_secret,
                 sas_token: raw.sas_token,
+                account_key_file: raw.account_key_file,
+                client_secret_file: raw.client_secret_file,
+                sas_token_file: raw.sas_token_file,
             }),
             StorageBackend::Gcs => StorageConfig::Gcs(GcsStorage {
                 bucket: required(raw.bucket, "bucket", name)?,

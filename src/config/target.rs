@@ -26,6 +26,13 @@ pub struct TargetConfig {
     /// Required together with `management_url`; supports `${ENV_VAR}` interpolation.
     #[serde(default)]
     pub management_password: Option<Secret>,
+    /// A file holding the management API password (README "Secrets"), instead of
+    /// `management_password`.
+    #[serde(default)]
+    pub management_password_file: Option<std::path::PathBuf>,
+    /// A file holding the password of the user of every `amqp_url` (README "Secrets").
+    #[serde(default)]
+    pub amqp_password_file: Option<std::path::PathBuf>,
     /// TLS for the target's AMQP, stream and https management connections, as `source.tls`.
     #[serde(default)]
     pub tls: Option<super::TlsConfig>,
@@ -54,6 +61,8 @@ impl fmt::Debug for TargetConfig {
             .field("management_url", &self.management_url)
             .field("management_username", &self.management_username)
             .field("management_password", &self.management_password)
+            .field("management_password_file", &self.management_password_file)
+            .field("amqp_password_file", &self.amqp_password_file)
             .field("tls", &self.tls)
             .field("stream_port", &self.stream_port)
             .finish()

@@ -213,6 +213,7 @@ fn full_example_parses_every_field() {
             stream_enabled: true,
             shard: None,
             stream_offset_references: vec!["app-1".into(), "billing".into()],
+            encryption: None,
         }
     );
     let r = &c.restore;
@@ -655,6 +656,8 @@ fn target_management_rules() {
         management_url: None,
         management_username: None,
         management_password: None,
+        management_password_file: None,
+        amqp_password_file: None,
         tls: None,
         stream_port: None,
     });
@@ -675,6 +678,8 @@ fn storage_rules() {
             endpoint: None,
             access_key: None,
             secret_key: None,
+            access_key_file: None,
+            secret_key_file: None,
             prefix: None,
             path_style: false,
             allow_http: false,
@@ -709,6 +714,8 @@ fn storage_rules() {
         endpoint: Some("http://127.0.0.1:8333".into()),
         access_key: None,
         secret_key: None,
+        access_key_file: None,
+        secret_key_file: None,
         prefix: Some("team/a".into()),
         path_style: true,
         allow_http: true,
@@ -726,6 +733,9 @@ fn storage_rules() {
         tenant_id: None,
         client_secret: None,
         sas_token: None,
+        account_key_file: None,
+        client_secret_file: None,
+        sas_token_file: None,
     });
     assert_eq!(invalid(&c), "storage.container_name must not be empty");
     let mut c = backup();
@@ -756,6 +766,8 @@ fn storage_yaml_shapes() {
             endpoint: Some("http://127.0.0.1:8333".into()),
             access_key: Some(Secret::new("AK")),
             secret_key: Some(Secret::new("SK")),
+            access_key_file: None,
+            secret_key_file: None,
             prefix: Some("p".into()),
             path_style: true,
             allow_http: true,
@@ -785,6 +797,9 @@ fn storage_yaml_shapes() {
             tenant_id: Some("tid".into()),
             client_secret: Some(Secret::new("CSEC")),
             sas_token: Some(Secret::new("SAS")),
+            account_key_file: None,
+            client_secret_file: None,
+            sas_token_file: None,
         })
     );
     let c = parsed(&with_storage(

@@ -15,6 +15,7 @@
 
 use super::cat_json::CatLine;
 use crate::config::RestoreOptions;
+use crate::encryption::Identities;
 use crate::error::{Error, Result};
 use crate::manifest::{Manifest, QueueBackup};
 use crate::record::BackupRecord;
@@ -64,6 +65,10 @@ pub struct CatCmd {
     /// doubled backslash are understood
     #[argh(option, default = "String::from(\"\\\\n\")")]
     delimiter: String,
+    /// age identity file that decrypts an encrypted backup (default: the environment
+    /// variable RMQ_BACKUP_AGE_IDENTITY)
+    #[argh(option)]
+    identity_file: Option<std::path::PathBuf>,
 }
 
 /// How `cat` writes a record.
@@ -123,10 +128,17 @@ impl CatCmd {
             format: self.format,
             delimiter: unescape(&self.delimiter)?,
         };
+        let keys = Identities::load(self.identity_file.as_deref(), "--identity-file")?;
         let storage = crate::storage::open_url(&crate::storage::parse_storage_url(&self.path)?)?;
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-        cat(storage.as_ref(), &self.backup_id, &opts, &mut out)?;
+        cat(
+            storage.as_ref(),
+            &self.backup_id,
+            &opts,
+            keys.as_ref(),
+            &mut out,
+        )?;
         Ok(0)
     }
 }
@@ -168,18 +180,23 @@ pub struct CatOutcome {
 }
 
 /// Writes the records of `backup_id` that `opts` selects to `out`, in backup order, and
-/// flushes it. A broken pipe ends it early without an error.
+/// flushes it. A broken pipe ends it early without an error. `keys` decrypt an encrypted
+/// backup.
 ///
 /// Errors: `Configuration error:` when `opts.vhost` / `opts.queue` match no queue of the
-/// backup; the storage's; `Manifest error:`; `Serialization error:` for a segment that fails
-/// verification; `IO error: cannot write the output: ...` for other write failures.
+/// backup; the storage's; `Manifest error:`; `Encryption error:` for an encrypted backup
+/// without `keys` or with wrong ones, before any record is written; `Serialization error:`
+/// for a segment that fails verification; `IO error: cannot write the output: ...` for other
+/// write failures.
 pub fn cat(
     storage: &dyn Storage,
     backup_id: &str,
     opts: &CatOptions,
+    keys: Option<&Identities>,
     out: &mut dyn Write,
 ) -> Result<CatOutcome> {
     let manifest = Manifest::read(storage, backup_id)?;
+    crate::fetch::check_readable(&manifest, keys)?;
     let queues = selected(&manifest, opts)?;
     let spool = SpoolDir::create(&format!("cat-{backup_id}"))?;
     let window = RestoreOptions {
@@ -201,7 +218,7 @@ pub fn cat(
         let written = std::thread::scope(|s| {
             // The sender moves into the reader: when it ends, the loop below ends.
             let decoder = crate::spool::spawn_named(s, "segment-reader", move || {
-                decode_segments(window, storage, spool, q, &tx, outside, 0, 1)
+                decode_segments(window, storage, spool, q, &tx, outside, 0, 1, keys)
             });
             let written = write_queue(&rx, opts, out, &mut outcome);
             // Stops the decoder at its next batch when this side stopped first.

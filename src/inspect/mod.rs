@@ -14,7 +14,7 @@ pub mod cat;
 pub mod cat_json;
 mod validate;
 use validate::{is_damage, report_problem};
-pub use validate::{validate, Problem, ValidationReport};
+pub use validate::{validate, validate_with_keys, Problem, ValidationReport};
 
 /// Output format of the inspection commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,6 +256,13 @@ pub fn describe(storage: &dyn Storage, backup_id: &str, format: Format) -> Resul
             )
         }),
     );
+    if let Some(e) = &m.encryption {
+        line(
+            &mut out,
+            "Encryption:",
+            format!("{} to {}", e.scheme, e.recipients.join(", ")),
+        );
+    }
     line(
         &mut out,
         "Totals:",

@@ -8,10 +8,11 @@
 //! (`manifest::stream_segment_follows`: offsets no message takes are not damage).
 
 use super::{read_manifest, render, status, to_json, Format};
+use crate::encryption::Identities;
 use crate::error::{Error, Result};
+use crate::fetch::{fetch_segment, FetchedSegment};
 use crate::manifest;
 use crate::record::decode_record;
-use crate::segment::{sha256_file, SegmentReader};
 use crate::spool::SpoolDir;
 use crate::storage::Storage;
 use serde::Serialize;
@@ -98,7 +99,26 @@ impl ValidationReport {
 /// Errors: only when the manifest cannot be read (`Storage error: Key not found: ...`,
 /// `Manifest error: ...`); damage is reported in `problems`.
 pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<ValidationReport> {
+    validate_with_keys(storage, backup_id, deep, None)
+}
+
+/// [`validate`] with the identities that decrypt an encrypted backup's segments and
+/// definitions (`--identity-file`, `RMQ_BACKUP_AGE_IDENTITY`). A shallow check needs none:
+/// the manifest's sizes are the stored (encrypted) objects'.
+///
+/// Errors: as [`validate`]; with `deep`, `Encryption error:` before anything is fetched when
+/// the backup is encrypted and `keys` are missing or none is among its recipients. A stored
+/// segment that does not decrypt with a right key is damage (a problem), not an error.
+pub fn validate_with_keys(
+    storage: &dyn Storage,
+    backup_id: &str,
+    deep: bool,
+    keys: Option<&Identities>,
+) -> Result<ValidationReport> {
     let m = read_manifest(storage, backup_id)?;
+    if deep {
+        crate::fetch::check_readable(&m, keys)?;
+    }
     let mut report = ValidationReport {
         backup_id: backup_id.to_string(),
         deep,
@@ -137,7 +157,7 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
         ));
     }
     if let Some(d) = &m.definitions {
-        match check_definitions(storage, d, deep) {
+        match check_definitions(storage, d, deep, keys) {
             Err(e) if !is_damage(&e) => return Err(e),
             Err(e) => problems.push(problem(&d.key, e)),
             Ok(()) => {}
@@ -167,7 +187,7 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
     }
     let segments: Vec<&manifest::SegmentMetadata> =
         m.queues.iter().flat_map(|q| &q.segments).collect();
-    let mut checked = check_segments(storage, &segments, spool.as_ref().map(|d| d.path()));
+    let mut checked = check_segments(storage, &segments, spool.as_ref().map(|d| d.path()), keys);
     // Storage that cannot be read is no proof of damage: the run fails (exit 1).
     if let Some(i) = checked
         .iter()
@@ -256,6 +276,9 @@ pub(super) fn is_damage(e: &Error) -> bool {
     match e {
         Error::Storage(m) => m.starts_with("Key not found") || m.starts_with("size is"),
         Error::Serialization(_) | Error::Compression(_) | Error::Manifest(_) => true,
+        // Checked before: the identity is one of the recipients, so a file that does not
+        // decrypt was altered.
+        Error::Encryption(m) => m.contains("damaged or was altered"),
         _ => false,
     }
 }
@@ -283,6 +306,7 @@ fn check_segments(
     storage: &dyn Storage,
     segments: &[&manifest::SegmentMetadata],
     spool: Option<&std::path::Path>,
+    keys: Option<&Identities>,
 ) -> Vec<Option<Result<SegmentCheck>>> {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let threads = std::thread::available_parallelism()
@@ -304,9 +328,12 @@ fn check_segments(
                     continue;
                 }
                 let r = match spool {
-                    Some(dir) => {
-                        check_segment_deep(storage, s, &dir.join(format!("validate-{worker}.rbak")))
-                    }
+                    Some(dir) => check_segment_deep(
+                        storage,
+                        s,
+                        &dir.join(format!("validate-{worker}.rbak")),
+                        keys,
+                    ),
                     None => check_segment_exists(storage, s).map(|()| SegmentCheck {
                         records: 0,
                         tags: None,
@@ -333,17 +360,14 @@ fn check_segment_deep(
     storage: &dyn Storage,
     s: &manifest::SegmentMetadata,
     path: &std::path::Path,
+    keys: Option<&Identities>,
 ) -> Result<SegmentCheck> {
-    let result = (|| {
-        storage.get_to_file(&s.key, path)?;
-        let reader = SegmentReader::open(path)?;
-        let sha = sha256_file(path)?;
-        if sha != s.checksum {
-            return Err(Error::Serialization(format!(
-                "SHA-256 mismatch: expected {}, got {sha}",
-                s.checksum
-            )));
-        }
+    (|| {
+        // `_files`: removed when this segment is checked.
+        let FetchedSegment {
+            reader,
+            files: _files,
+        } = fetch_segment(storage, path, s, keys)?;
         let mut c = SegmentCheck {
             records: 0,
             tags: None,
@@ -373,15 +397,14 @@ fn check_segment_deep(
             )));
         }
         Ok(c)
-    })();
-    let _ = std::fs::remove_file(path);
-    result
+    })()
 }
 
 fn check_definitions(
     storage: &dyn Storage,
     d: &manifest::DefinitionsBackup,
     deep: bool,
+    keys: Option<&Identities>,
 ) -> Result<()> {
     if !deep {
         return match storage.head(&d.key)? {
@@ -389,8 +412,7 @@ fn check_definitions(
             Some(_) => Ok(()),
         };
     }
-    let compression = crate::segment::Compression::from_key(&d.key);
-    let raw = crate::definitions::decompress(&storage.get_bytes(&d.key)?, compression)?;
+    let raw = crate::definitions::read_stored(storage, d, keys)?;
     serde_json::from_slice::<serde_json::Value>(&raw)
         .map_err(|e| Error::Serialization(format!("definitions file is not JSON: {e}")))?;
     if raw.len() as u64 != d.size_bytes {
@@ -420,6 +442,7 @@ mod tests {
                 first_timestamp: None,
                 last_timestamp: None,
                 checksum: String::new(),
+                encryption: None,
             })
             .collect();
         manifest::QueueBackup::from_segments("v", "q", kind, segments)

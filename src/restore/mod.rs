@@ -25,8 +25,10 @@ mod target;
 use crate::amqp::ConnectOptions;
 use crate::broker::QueueType;
 use crate::checkpoint::Checkpoints;
+use crate::config::RestoreEncryption;
 use crate::config::{Config, PublishMode, RestoreOptions, StreamOffsets, TargetConfig};
 use crate::definitions;
+use crate::encryption::{Identities, Recipients};
 use crate::error::{Error, Result};
 use crate::management::ManagementClient;
 use crate::manifest::{Manifest, QueueBackup};
@@ -79,6 +81,11 @@ fn run_job(
         let status = crate::inspect::status(storage.as_ref(), &manifest)?;
         log::warn!("backup {backup_id} is {status} (completed_at is null): restoring the queues it holds so far");
     }
+    // An encrypted backup is refused before anything is imported or published when the
+    // identity is missing or is not one of its recipients.
+    let keys = RestoreEncryption::identities(opts.encryption.as_ref())?;
+    crate::fetch::check_readable(&manifest, keys.as_ref())?;
+    let keys = keys.as_ref();
     // Before the target is touched: segments are fetched here.
     let spool = SpoolDir::create(&format!("{backup_id}-restore"))?;
     let mut summary = RestoreSummary {
@@ -100,12 +107,27 @@ fn run_job(
             (Some(entry), Some(mgmt)) => {
                 let mut dopts = opts.clone();
                 dopts.definitions_dry_run |= opts.dry_run;
+                // The target's definitions saved before the import are encrypted to the
+                // backup's recipients: they hold password hashes too.
+                let rollback_to = manifest
+                    .encryption
+                    .as_ref()
+                    .map(|info| {
+                        Recipients::parse(
+                            info.recipients.iter().map(String::as_str),
+                            "the manifest's encryption.recipients",
+                        )
+                        .map_err(|e| Error::Manifest(e.message().to_string()))
+                    })
+                    .transpose()?;
                 summary.definitions = Some(definitions::import(
                     mgmt,
                     storage.as_ref(),
                     backup_id,
                     entry,
                     &dopts,
+                    keys,
+                    rollback_to.as_ref(),
                 )?);
             }
             (None, _) => {
@@ -196,6 +218,7 @@ fn run_job(
                         &mut entry,
                         checkpoint.as_ref(),
                         decode_workers,
+                        keys,
                     ),
                 };
                 if let Ok(mut all) = results.lock() {
@@ -312,6 +335,7 @@ fn restore_queue(
     entry: &mut QueueRestore,
     checkpoint: Option<&QueueCheckpoint>,
     decode_workers: usize,
+    keys: Option<&Identities>,
 ) -> Result<()> {
     if let Some(cp) = checkpoint {
         if let Some((done, completed)) = cp.store.restore_queue(&cp.key)? {
@@ -405,6 +429,7 @@ fn restore_queue(
                 outside,
                 skip,
                 decode_workers,
+                keys,
             )
         });
         let publisher = Publisher {

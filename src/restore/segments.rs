@@ -3,10 +3,12 @@
 //! is used, decoded, filtered by the window, and sent in batches to the publisher, in order.
 
 use crate::config::RestoreOptions;
+use crate::encryption::Identities;
 use crate::error::{Error, Result};
+use crate::fetch::{fetch_segment, FetchedSegment};
 use crate::manifest::{QueueBackup, SegmentMetadata};
 use crate::record::{decode_record, BackupRecord};
-use crate::segment::{sha256_file, SegmentReader};
+use crate::segment::SegmentReader;
 use crate::spool::unique_file;
 use crate::storage::Storage;
 use std::path::Path;
@@ -77,6 +79,7 @@ pub(crate) fn decode_segments(
     outside_window: &AtomicU64,
     skip: u64,
     workers: usize,
+    keys: Option<&Identities>,
 ) -> Result<()> {
     let decode = |raw: &[Vec<u8>]| raw.iter().map(|json| decode_record(json)).collect();
     if workers <= 1 {
@@ -85,7 +88,7 @@ pub(crate) fn decode_segments(
             Ok(forward.push(decode(&raw)?, more_skip))
         };
         // One record at a time: nothing held twice (raw and decoded) per queue.
-        read_segments(opts, storage, spool, backup, skip, 1, &mut inline)?;
+        read_segments(opts, storage, spool, backup, skip, 1, keys, &mut inline)?;
         forward.finish();
         return Ok(());
     }
@@ -125,6 +128,7 @@ pub(crate) fn decode_segments(
             backup,
             skip,
             RECORD_BATCH,
+            keys,
             &mut threaded,
         );
         drop(job_tx);
@@ -136,9 +140,11 @@ pub(crate) fn decode_segments(
     })
 }
 
-/// Fetches, verifies and decompresses the segments, handing chunks of at most `chunk_records`
-/// raw records (with how many more in-window records to skip from there) to `hand_over`, which
-/// says false when the publisher side stopped.
+/// Fetches, verifies (decrypting with `keys` what is stored encrypted) and decompresses the
+/// segments, handing chunks of at most `chunk_records` raw records (with how many more
+/// in-window records to skip from there) to `hand_over`, which says false when the publisher
+/// side stopped.
+#[allow(clippy::too_many_arguments)]
 fn read_segments(
     opts: &RestoreOptions,
     storage: &dyn Storage,
@@ -146,6 +152,7 @@ fn read_segments(
     backup: &QueueBackup,
     mut skip: u64,
     chunk_records: usize,
+    keys: Option<&Identities>,
     hand_over: &mut dyn FnMut(Vec<Vec<u8>>, u64) -> Result<bool>,
 ) -> Result<()> {
     let windowless = opts.time_window_start.is_none() && opts.time_window_end.is_none();
@@ -160,8 +167,12 @@ fn read_segments(
         }
         let path = unique_file(spool, &segment.key);
         let result = (|| -> Result<bool> {
-            storage.get_to_file(&segment.key, &path)?;
-            let reader = verified_segment(&path, segment)?;
+            // `_files`: the spool files, removed when this segment is done.
+            let FetchedSegment {
+                reader,
+                files: _files,
+            } = fetch_segment(storage, &path, segment, keys).map_err(|e| with_key(e, segment))?;
+            check_count(&reader, segment)?;
             log::debug!(
                 "segment {}: {} records",
                 segment.key,
@@ -190,7 +201,6 @@ fn read_segments(
             }
             Ok(chunk.is_empty() || hand_over(chunk, std::mem::take(&mut skip))?)
         })();
-        let _ = std::fs::remove_file(&path);
         if !result? {
             break;
         }
@@ -259,26 +269,28 @@ impl<'a> Forward<'a> {
     }
 }
 
-/// Opens a fetched segment and checks it against the manifest before anything of it is
-/// published: CRC32 (in `SegmentReader::open`), SHA-256 and record count, so a segment that
-/// is not the one the backup wrote (a leftover of another run, a damaged file) is refused.
-fn verified_segment(path: &Path, segment: &SegmentMetadata) -> Result<SegmentReader> {
-    let with_key =
-        |e: Error| Error::Serialization(format!("{} (segment {})", e.message(), segment.key));
-    let reader = SegmentReader::open(path).map_err(with_key)?;
-    let sha = sha256_file(path)?;
-    if sha != segment.checksum {
-        return Err(with_key(Error::Serialization(format!(
-            "SHA-256 mismatch: expected {}, got {sha}",
-            segment.checksum
-        ))));
+/// Names the segment in a format error (other errors name it already, or concern no
+/// segment).
+fn with_key(e: Error, segment: &SegmentMetadata) -> Error {
+    match e {
+        Error::Serialization(m) => Error::Serialization(format!("{m} (segment {})", segment.key)),
+        other => other,
     }
+}
+
+/// Checks the record count of a verified segment (`crate::fetch::fetch_segment` checked its
+/// CRC32 and SHA-256) against the manifest before anything of it is published, so a segment
+/// that is not the one the backup wrote (a leftover of another run) is refused.
+fn check_count(reader: &SegmentReader, segment: &SegmentMetadata) -> Result<()> {
     if reader.header().record_count != segment.record_count {
-        return Err(with_key(Error::Serialization(format!(
-            "Expected {} records but found {}",
-            segment.record_count,
-            reader.header().record_count
-        ))));
+        return Err(with_key(
+            Error::Serialization(format!(
+                "Expected {} records but found {}",
+                segment.record_count,
+                reader.header().record_count
+            )),
+            segment,
+        ));
     }
-    Ok(reader)
+    Ok(())
 }

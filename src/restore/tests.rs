@@ -41,6 +41,7 @@ fn window_filters() {
         first_timestamp: Some(first),
         last_timestamp: Some(last),
         checksum: String::new(),
+        encryption: None,
     };
     assert!(!segment_in_window(&seg(10, 99), &opts));
     assert!(segment_in_window(&seg(10, 100), &opts));

@@ -59,8 +59,10 @@ pub enum Compression {
 }
 
 impl Compression {
-    /// The compression of a stored file, from its extension (`.zst`, `.lz4`, none).
+    /// The compression of a stored file, from its extension (`.zst`, `.lz4`, none), before
+    /// the `.age` of an encrypted file (`crate::encryption::EXTENSION`).
     pub fn from_key(key: &str) -> Compression {
+        let key = key.strip_suffix(".age").unwrap_or(key);
         if key.ends_with(".zst") {
             Compression::Zstd
         } else if key.ends_with(".lz4") {

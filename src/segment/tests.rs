@@ -63,6 +63,9 @@ fn compression_codes_names_and_serde() {
     ] {
         assert_eq!(c.code(), code);
         assert_eq!(Compression::from_code(code), Some(c));
+        // Also under the `.age` of an encrypted file.
+        assert_eq!(Compression::from_key(&format!("b/s-0001{ext}")), c);
+        assert_eq!(Compression::from_key(&format!("b/s-0001{ext}.age")), c);
         assert_eq!(c.extension(), ext);
         assert_eq!(c.as_str(), name);
         assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{name}\""));

@@ -135,8 +135,9 @@ pub(super) fn default_zstd_workers(cores: usize, mean_body_bytes: usize) -> u32 
 /// `create` writes a 32-byte placeholder header and starts the compressor; `append` adds one
 /// record; `finish` ends the compressed frame, writes the real header and the footer, and
 /// checksums the file. The spool file is not fsynced: it is a local staging copy, and storage
-/// makes the stored segment durable. Dropping a writer without `finish` leaves an incomplete spool file:
-/// call [`SegmentWriter::discard`] to remove it.
+/// makes the stored segment durable. Dropping a writer without a successful `finish` removes
+/// its spool file (a failed run leaves no plaintext behind: README "Encryption at rest");
+/// [`SegmentWriter::discard`] does so and reports a failure to remove it.
 pub struct SegmentWriter {
     path: PathBuf,
     compression: Compression,
@@ -145,6 +146,17 @@ pub struct SegmentWriter {
     first_timestamp: Option<i64>,
     last_timestamp: Option<i64>,
     uncompressed_bytes: u64,
+    /// Set by a successful `finish`: the spool file is the caller's from then on.
+    finished: bool,
+}
+
+impl Drop for SegmentWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.sink = None; // closes the file
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 impl SegmentWriter {
@@ -214,6 +226,7 @@ impl SegmentWriter {
             first_timestamp: None,
             last_timestamp: None,
             uncompressed_bytes: 0,
+            finished: false,
         })
     }
 
@@ -324,6 +337,7 @@ impl SegmentWriter {
         drop(file);
         let size_bytes = HEADER_LEN + payload_len + FOOTER_LEN;
         let checksum = sha256_file(&path)?;
+        self.finished = true;
         Ok(FinishedSegment {
             path,
             record_count: self.record_count,

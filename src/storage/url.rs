@@ -450,6 +450,9 @@ fn open_untraced(url: &StorageUrl) -> Result<Arc<dyn Storage>> {
                 tenant_id: None,
                 client_secret: None,
                 sas_token: None,
+                account_key_file: None,
+                client_secret_file: None,
+                sas_token_file: None,
             };
             super::with_prefix(super::azure::open(&cfg)?, prefix.as_deref())
         }

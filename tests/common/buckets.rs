@@ -36,6 +36,9 @@ impl AzContainer {
             tenant_id: None,
             client_secret: None,
             sas_token: None,
+            account_key_file: None,
+            client_secret_file: None,
+            sas_token_file: None,
         };
         let opts = AzureOptions::from_config(&cfg, &|_| None).expect("options");
         let s = AzureBlobStorage::new(opts).expect("Azurite (scripts/setup-storage.sh)");

@@ -151,6 +151,9 @@ fn conforms_with_sas_token() {
         tenant_id: None,
         client_secret: None,
         sas_token: Some(Secret::new(format!("?{sas}"))),
+        account_key_file: None,
+        client_secret_file: None,
+        sas_token_file: None,
     };
     let mut o = AzureOptions::from_config(&cfg, &|_| None).expect("options");
     assert_eq!(o.credential, Credential::Sas(Secret::new(sas.clone())));
@@ -426,6 +429,9 @@ fn cfg(container: &str) -> AzureConfig {
         tenant_id: None,
         client_secret: None,
         sas_token: None,
+        account_key_file: None,
+        client_secret_file: None,
+        sas_token_file: None,
     }
 }
 

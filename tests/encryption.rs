@@ -1,0 +1,670 @@
+//! Encryption at rest (issue 24) end to end, with the real binary, broker and storage: an
+//! encrypted backup holds nothing in clear, restores identical with the identity, is read by
+//! the `age` tool, refuses a missing or wrong identity and an altered byte before anything is
+//! published, and still lists, describes and validates (shallow) without the identity; secrets
+//! from `*_file` fields.
+
+mod common;
+
+use common::*;
+use rmq_backup::amqp::{BasicProperties, FieldTable, FieldValue};
+use std::path::{Path, PathBuf};
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A message whose header, message id and body carry `marker`; the body as the segment
+/// JSON writes it (an array of numbers) is what a reader in clear would find.
+fn marked(marker: &str) -> (Msg, Vec<u8>) {
+    let body = format!("body of {marker}").into_bytes();
+    let json_body = format!(
+        "[{}]",
+        body.iter()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let msg = Msg {
+        props: BasicProperties {
+            message_id: Some(marker.to_string()),
+            headers: Some(vec![(
+                "note".into(),
+                FieldValue::LongString(marker.as_bytes().to_vec()),
+            )]),
+            ..Default::default()
+        },
+        body,
+    };
+    (msg, json_body.into_bytes())
+}
+
+/// Two fresh identities (an operator key and an escrow key) written as age identity files,
+/// and a third that is no recipient.
+struct Keys {
+    operator: PathBuf,
+    escrow: PathBuf,
+    stranger: PathBuf,
+    operator_public: String,
+    escrow_public: String,
+    escrow_secret: String,
+}
+
+fn keys(dir: &Path) -> Keys {
+    let write = |name: &str| {
+        let (secret, public) = rmq_backup::encryption::generate();
+        let path = dir.join(name);
+        std::fs::write(&path, format!("# public key: {public}\n{secret}\n")).unwrap();
+        (path, public, secret)
+    };
+    let (operator, operator_public, _) = write("operator.txt");
+    let (escrow, escrow_public, escrow_secret) = write("escrow.txt");
+    let (stranger, _, _) = write("stranger.txt");
+    Keys {
+        operator,
+        escrow,
+        stranger,
+        operator_public,
+        escrow_public,
+        escrow_secret,
+    }
+}
+
+/// A restore of `id` from `store` into the existing vhost `target` (queues declared there):
+/// definitions left alone, so that what a failed restore published shows in the depths.
+fn restore_into(
+    dir: &Path,
+    store: &Path,
+    id: &str,
+    source: &str,
+    target: &str,
+    extra: &str,
+) -> String {
+    write_config(
+        dir,
+        &format!("r-{}.yaml", unique_suffix()),
+        &restore_yaml(
+            id,
+            store,
+            &format!(
+                "  publish_mode: direct-to-queue\n  restore_definitions: false\n  vhost_mapping:\n    \"{source}\": \"{target}\"\n{extra}"
+            ),
+        ),
+    )
+}
+
+#[test]
+fn encrypted_filesystem_backup_holds_nothing_in_clear_and_restores_with_the_identity() {
+    let vh = TestVhost::new("enc");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    let marker = format!("plaintext-marker-{}", unique_suffix());
+    let (marked_msg, marked_json_body) = marked(&marker);
+    let queues = [("orders", "classic"), ("events/q", "quorum")];
+    let mut expected = Vec::new();
+    for (i, (name, kind)) in queues.iter().enumerate() {
+        declare(&ch, name, kind, FieldTable::new());
+        let mut msgs = vec![marked_msg.clone()];
+        msgs.extend(diverse_messages(120, 11 + i as u64, i == 0));
+        publish(&ch, name, &msgs);
+        expected.push(msgs);
+    }
+    // Password hashes the definitions export holds (every user of the broker).
+    let export: serde_json::Value =
+        serde_json::from_slice(&management().export_definitions().unwrap()).unwrap();
+    let hashes: Vec<String> = export["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|u| u["password_hash"].as_str())
+        .filter(|h| !h.is_empty())
+        .map(String::from)
+        .collect();
+    assert!(!hashes.is_empty(), "the broker has users with passwords");
+
+    let dir = TempDir::new("enc");
+    let k = keys(dir.path());
+    std::fs::write(
+        dir.path().join("recipients.txt"),
+        format!("# escrow\n{}\n", k.escrow_public),
+    )
+    .unwrap();
+    let spool = dir.path().join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let spool_env = [("RMQ_BACKUP_SPOOL_DIR", spool.to_str().unwrap())];
+    let store = dir.path().join("store");
+    let id = format!("enc-{}", rmq_backup::now_ms());
+    // No compression: what a reader finds in clear is the records' and definitions' JSON.
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml(
+            &id,
+            &vh.name,
+            &store,
+            &format!(
+                "  compression: none\n  segment_max_bytes: 200000\n  encryption:\n    recipients: [\"{}\"]\n    recipients_file: \"{}\"\n",
+                k.operator_public,
+                dir.path().join("recipients.txt").display()
+            ),
+        ),
+    );
+    let out = run_cli_env(&["backup", "--config", &cfg], &spool_env);
+    assert_eq!(out.status.code(), Some(0), "backup: {:?}", text(&out));
+    assert!(files_under(&spool).is_empty(), "the spool keeps nothing");
+
+    // The manifest: scheme and public keys, every segment and the definitions stored as age.
+    let m = manifest(&store, &id);
+    let info = m.encryption.as_ref().expect("manifest encryption");
+    assert_eq!(info.scheme, "age");
+    assert_eq!(
+        info.recipients,
+        [k.operator_public.clone(), k.escrow_public.clone()]
+    );
+    let defs = m.definitions.as_ref().unwrap();
+    assert!(
+        defs.key.ends_with("/definitions/definitions.json.age"),
+        "{}",
+        defs.key
+    );
+    assert_eq!(defs.encryption.as_deref(), Some("age"));
+    let segments: Vec<_> = m.queues.iter().flat_map(|q| &q.segments).collect();
+    assert!(segments.len() > 2, "{} segments", segments.len());
+    for s in &segments {
+        assert!(
+            s.key.ends_with(".age") && !s.key.ends_with(".zst.age"),
+            "{}",
+            s.key
+        );
+        assert_eq!(s.encryption.as_deref(), Some("age"));
+        let stored = std::fs::read(store.join(&s.key)).unwrap();
+        assert!(stored.starts_with(b"age-encryption.org/v1\n"), "{}", s.key);
+        assert_eq!(stored.len() as u64, s.size_bytes);
+    }
+    let manifest_text = std::fs::read_to_string(store.join(&id).join("manifest.json")).unwrap();
+    assert!(!manifest_text.contains("AGE-SECRET-KEY"));
+
+    // Nothing in clear: no marker, no body, no password hash in any stored file but the
+    // manifest (which holds none of them either).
+    for f in files_under(&store.join(&id)) {
+        let bytes = std::fs::read(&f).unwrap();
+        for needle in [marker.as_bytes(), &marked_json_body[..]] {
+            assert!(!contains(&bytes, needle), "{} holds plaintext", f.display());
+        }
+        for h in &hashes {
+            assert!(
+                !contains(&bytes, h.as_bytes()),
+                "{} holds a password hash",
+                f.display()
+            );
+        }
+    }
+
+    // The age tool decrypts a stored segment into a RBAK file the segment reader accepts
+    // (and which does hold the plaintext: the search above was not blind).
+    let first = &m
+        .queues
+        .iter()
+        .find(|q| q.name == "orders")
+        .unwrap()
+        .segments[0];
+    let plain = dir.path().join("segment-0001");
+    let out = std::process::Command::new("age")
+        .args(["--decrypt", "-i"])
+        .arg(&k.escrow)
+        .arg("-o")
+        .arg(&plain)
+        .arg(store.join(&first.key))
+        .output()
+        .expect("the age tool (Debian package age; scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "age -d: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reader = rmq_backup::segment::SegmentReader::open(&plain).expect("a RBAK file");
+    assert_eq!(reader.header().record_count, first.record_count);
+    let records: Vec<Vec<u8>> = reader.records().map(|r| r.unwrap()).collect();
+    assert_eq!(records.len() as u64, first.record_count);
+    assert!(
+        contains(&records[0], marker.as_bytes()),
+        "the first record is the marked one"
+    );
+    let defs_plain = dir.path().join("definitions.json");
+    let out = std::process::Command::new("age")
+        .args(["-d", "-i"])
+        .arg(&k.operator)
+        .arg("-o")
+        .arg(&defs_plain)
+        .arg(store.join(&defs.key))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let defs_text = std::fs::read(&defs_plain).unwrap();
+    assert!(
+        contains(&defs_text, hashes[0].as_bytes()),
+        "decrypted definitions hold the hashes"
+    );
+
+    // list, describe and a shallow validate need no identity.
+    let url = format!("file://{}", store.display());
+    let no_identity = [("RMQ_BACKUP_AGE_IDENTITY", "")];
+    for args in [
+        vec!["list", "--path", &url],
+        vec!["describe", "--path", &url, "--backup-id", &id],
+        vec!["validate", "--path", &url, "--backup-id", &id],
+    ] {
+        let out = run_cli_env(&args, &no_identity);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {:?}", text(&out));
+    }
+    // A deep validate needs it, and checks out with either recipient's key.
+    let out = run_cli_env(
+        &["validate", "--path", &url, "--backup-id", &id, "--deep"],
+        &no_identity,
+    );
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "Encryption error: backup {id} is encrypted (age) and no identity was given"
+        )),
+        "{stderr}"
+    );
+    let escrow = k.escrow.to_str().unwrap();
+    let out = run_cli(&[
+        "validate",
+        "--path",
+        &url,
+        "--backup-id",
+        &id,
+        "--deep",
+        "--identity-file",
+        escrow,
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("is valid (deep check)"), "{stdout}");
+    // cat reads through the same reader, the identity from the environment.
+    let out = run_cli_env(
+        &[
+            "cat",
+            "--path",
+            &url,
+            "--backup-id",
+            &id,
+            "--queue",
+            "orders",
+            "--limit",
+            "1",
+        ],
+        &[("RMQ_BACKUP_AGE_IDENTITY", k.escrow_secret.as_str())],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains(&marker), "{stdout}");
+
+    // An unencrypted backup reads as before with an identity given, and its manifest has
+    // none of the new fields (byte for byte what SPEC.md describes).
+    let plain_id = format!("{id}-plain");
+    let cfg = write_config(
+        dir.path(),
+        "plain.yaml",
+        &backup_yaml(&plain_id, &vh.name, &store, "  compression: none\n"),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let plain_manifest =
+        std::fs::read_to_string(store.join(&plain_id).join("manifest.json")).unwrap();
+    assert!(!plain_manifest.contains("encryption"), "{plain_manifest}");
+    assert!(!plain_manifest.contains(".age"), "{plain_manifest}");
+    let out = run_cli(&[
+        "validate",
+        "--path",
+        &url,
+        "--backup-id",
+        &plain_id,
+        "--deep",
+        "--identity-file",
+        escrow,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let out = run_cli_env(
+        &[
+            "cat",
+            "--path",
+            &url,
+            "--backup-id",
+            &plain_id,
+            "--queue",
+            "orders",
+            "--limit",
+            "1",
+        ],
+        &[("RMQ_BACKUP_AGE_IDENTITY", k.escrow_secret.as_str())],
+    );
+    assert!(text(&out).0.contains(&marker), "{:?}", text(&out));
+
+    // Restore with the operator's identity: identical, definitions imported (the target's
+    // own definitions saved first, encrypted too).
+    let target = vh.sibling("target");
+    let rcfg = write_config(
+        dir.path(),
+        "r.yaml",
+        &restore_yaml(
+            &id,
+            &store,
+            &format!(
+                "  publish_mode: direct-to-queue\n  restore_definitions: true\n  definitions_selection:\n    vhosts: [\"{v}\"]\n  vhost_mapping:\n    \"{v}\": \"{target}\"\n  encryption:\n    identity_file: \"{}\"\n",
+                k.operator.display(),
+                v = vh.name
+            ),
+        ),
+    );
+    let out = run_cli_env(&["restore", "--config", &rcfg], &spool_env);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "restore: {stdout}\n{stderr}");
+    assert!(
+        files_under(&spool).is_empty(),
+        "the spool keeps no plaintext"
+    );
+    let tconn = connect(&target);
+    for ((name, kind), msgs) in queues.iter().zip(&expected) {
+        assert_same_as(
+            &as_restored(msgs),
+            &peek(&tconn, name, msgs.len()),
+            Headers::of(kind),
+            &format!("restored {name}"),
+        );
+        assert_eq!(depth(&tconn, name) as usize, msgs.len(), "{name}");
+    }
+    drop(tconn);
+    let rollbacks: Vec<PathBuf> = files_under(&store.join(&id).join("definitions"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("rollback-before-import-"))
+        .collect();
+    assert_eq!(rollbacks.len(), 1, "{rollbacks:?}");
+    assert!(
+        rollbacks[0].to_string_lossy().ends_with(".age"),
+        "{rollbacks:?}"
+    );
+    let rb = std::fs::read(&rollbacks[0]).unwrap();
+    assert!(rb.starts_with(b"age-encryption.org/v1\n"));
+    assert!(hashes.iter().all(|h| !contains(&rb, h.as_bytes())));
+
+    // Refusals, each before anything is published: into a vhost whose queues exist, empty.
+    let empty = vh.sibling("target2");
+    management().create_vhost(&empty).unwrap();
+    management().set_permissions(&empty, "guest").unwrap();
+    let econn = connect(&empty);
+    let ech = econn.open_channel().unwrap();
+    for (name, kind) in &queues {
+        declare(&ech, name, kind, FieldTable::new());
+    }
+    let nothing_published = |what: &str| {
+        for (name, _) in &queues {
+            assert_eq!(depth(&econn, name), 0, "{what}: {name} got messages");
+        }
+        assert!(
+            files_under(&spool).is_empty(),
+            "{what}: the spool keeps files"
+        );
+    };
+    let refused = |extra: &str, env: &[(&str, &str)], want: &str, what: &str| {
+        let r = restore_into(dir.path(), &store, &id, &vh.name, &empty, extra);
+        let mut env = env.to_vec();
+        env.push(spool_env[0]);
+        let out = run_cli_env(&["restore", "--config", &r], &env);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{what}: {stdout}{stderr}");
+        assert!(stderr.contains(want), "{what}: want {want:?} in {stderr}");
+        nothing_published(what);
+    };
+    refused(
+        "",
+        &no_identity,
+        &format!("Encryption error: backup {id} is encrypted (age) and no identity was given"),
+        "missing identity",
+    );
+    let stranger = format!(
+        "  encryption:\n    identity_file: \"{}\"\n",
+        k.stranger.display()
+    );
+    refused(
+        &stranger,
+        &[],
+        "Encryption error: none of the identities in restore.encryption.identity_file",
+        "wrong identity",
+    );
+    let with_key = format!(
+        "  encryption:\n    identity_file: \"{}\"\n",
+        k.operator.display()
+    );
+    // One byte flipped in the first segment of each queue: the SHA-256 of the stored bytes.
+    let firsts: Vec<_> = m.queues.iter().map(|q| q.segments[0].clone()).collect();
+    let flip = |s: &rmq_backup::manifest::SegmentMetadata| {
+        let p = store.join(&s.key);
+        let mut b = std::fs::read(&p).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 0x01;
+        std::fs::write(&p, &b).unwrap();
+        rmq_backup::segment::sha256_file(&p).unwrap()
+    };
+    let altered: Vec<String> = firsts.iter().map(flip).collect();
+    refused(
+        &with_key,
+        &[],
+        "Serialization error: SHA-256 mismatch",
+        "flipped byte",
+    );
+    // Someone who can also rewrite the manifest's checksums: age's MAC refuses the segment.
+    let mut m2 = m.clone();
+    for (q, sha) in m2.queues.iter_mut().zip(&altered) {
+        q.segments[0].checksum = sha.clone();
+    }
+    std::fs::write(
+        store.join(&id).join("manifest.json"),
+        m2.to_json_pretty().unwrap(),
+    )
+    .unwrap();
+    refused(
+        &with_key,
+        &[],
+        "Encryption error: ",
+        "flipped byte under a rewritten checksum",
+    );
+    let out = run_cli(&[
+        "validate",
+        "--path",
+        &url,
+        "--backup-id",
+        &id,
+        "--deep",
+        "--identity-file",
+        escrow,
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "damage found: {stdout}{stderr}");
+    assert!(stdout.contains("damaged or was altered"), "{stdout}");
+    drop(econn);
+    let _ = management().delete_vhost(&target);
+}
+
+#[test]
+fn encrypted_backup_through_s3_with_secrets_from_files() {
+    let vh = TestVhost::new("enc-s3");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", FieldTable::new());
+    let msgs = diverse_messages(80, 5, false);
+    publish(&ch, "q", &msgs);
+    let bucket = S3Bucket::new("enc");
+    let dir = TempDir::new("enc-s3");
+    let k = keys(dir.path());
+    // Every secret from a file, as a Kubernetes Secret mounts them.
+    let secret = |name: &str, value: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, format!("{value}\n")).unwrap();
+        p.display().to_string()
+    };
+    let (access, secret_key) = (secret("access", S3_ADMIN.0), secret("secret", S3_ADMIN.1));
+    let (mgmt_pw, amqp_pw) = (secret("mgmt", "guest"), secret("amqp", "guest"));
+    let storage = format!(
+        "storage:\n  backend: s3\n  bucket: {}\n  region: us-east-1\n  endpoint: \"{S3_ENDPOINT}\"\n  path_style: true\n  allow_http: true\n  access_key_file: \"{access}\"\n  secret_key_file: \"{secret_key}\"\n",
+        bucket.name()
+    );
+    let id = format!("enc-s3-{}", rmq_backup::now_ms());
+    let fs_block = format!(
+        "storage:\n  backend: filesystem\n  path: \"{}\"\n",
+        dir.path().join("unused").display()
+    );
+    let yaml = backup_yaml(
+        &id,
+        &vh.name,
+        &dir.path().join("unused"),
+        &format!(
+            "  encryption:\n    recipients: [\"{}\"]\n",
+            k.operator_public
+        ),
+    )
+    .replace(&fs_block, &storage)
+    .replace("guest:guest@", "guest@")
+    .replace(
+        "  management_password: guest\n",
+        &format!(
+            "  management_password_file: \"{mgmt_pw}\"\n  amqp_password_file: \"{amqp_pw}\"\n"
+        ),
+    );
+    assert!(
+        yaml.contains("amqp_password_file") && yaml.contains("access_key_file"),
+        "{yaml}"
+    );
+    let cfg = write_config(dir.path(), "b.yaml", &yaml);
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "backup: {:?}", text(&out));
+    let keys_stored: Vec<String> = bucket
+        .0
+        .list(String::new(), None)
+        .unwrap()
+        .into_iter()
+        .flat_map(|p| p.contents.into_iter().map(|o| o.key))
+        .collect();
+    let segs: Vec<&String> = keys_stored
+        .iter()
+        .filter(|k| k.contains("/queues/"))
+        .collect();
+    assert!(
+        !segs.is_empty() && segs.iter().all(|k| k.ends_with(".zst.age")),
+        "{keys_stored:?}"
+    );
+    assert!(
+        keys_stored
+            .iter()
+            .any(|k| k.ends_with("definitions.json.zst.age")),
+        "{keys_stored:?}"
+    );
+
+    // Shallow validate without the key, deep with it (from the environment), over the URL.
+    let url = format!(
+        "s3://{}?region=us-east-1&endpoint={S3_ENDPOINT}&path_style=true&allow_http=true",
+        bucket.name()
+    );
+    let creds = [
+        ("AWS_ACCESS_KEY_ID", S3_ADMIN.0),
+        ("AWS_SECRET_ACCESS_KEY", S3_ADMIN.1),
+    ];
+    let out = run_cli_env(&["validate", "--path", &url, "--backup-id", &id], &creds);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let operator = k.operator.to_str().unwrap();
+    let out = run_cli_env(
+        &[
+            "validate",
+            "--path",
+            &url,
+            "--backup-id",
+            &id,
+            "--deep",
+            "--identity-file",
+            operator,
+        ],
+        &creds,
+    );
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+
+    // Restore with the identity from the environment variable.
+    let target = vh.sibling("target");
+    let identity_text = std::fs::read_to_string(&k.operator).unwrap();
+    let rfs = format!(
+        "storage:\n  backend: filesystem\n  path: \"{}\"\n",
+        dir.path().join("unused").display()
+    );
+    let ryaml = restore_yaml(
+        &id,
+        &dir.path().join("unused"),
+        &format!(
+            "  publish_mode: direct-to-queue\n  restore_definitions: true\n  definitions_selection:\n    vhosts: [\"{v}\"]\n  vhost_mapping:\n    \"{v}\": \"{target}\"\n",
+            v = vh.name
+        ),
+    )
+    .replace(&rfs, &storage);
+    let rcfg = write_config(dir.path(), "r.yaml", &ryaml);
+    let out = run_cli_env(
+        &["restore", "--config", &rcfg],
+        &[("RMQ_BACKUP_AGE_IDENTITY", identity_text.as_str())],
+    );
+    assert_eq!(out.status.code(), Some(0), "restore: {:?}", text(&out));
+    let tconn = connect(&target);
+    assert_same(
+        &as_restored(&msgs),
+        &peek(&tconn, "q", msgs.len()),
+        "restored from s3",
+    );
+    drop(tconn);
+    let _ = management().delete_vhost(&target);
+
+    // A secret file that is not there: a Configuration error naming the field and the path.
+    let missing = dir.path().join("no-such-secret");
+    let bad = yaml.replace(&mgmt_pw, missing.to_str().unwrap());
+    let cfg = write_config(dir.path(), "bad.yaml", &bad);
+    let out = run_cli(&["backup", "--config", &cfg]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "Configuration error: Cannot read source.management_password_file {}: No such file or directory",
+            missing.display()
+        )),
+        "{stderr}"
+    );
+    // A recipient that is not an age key: a Configuration error, before anything is read.
+    let bad = yaml.replace(&k.operator_public, "age1notakey");
+    let cfg = write_config(dir.path(), "bad2.yaml", &bad);
+    let out = run_cli(&["backup", "--config", &cfg]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("Configuration error: backup.encryption.recipients entry 1 is not an age X25519 recipient"),
+        "{stderr}"
+    );
+    let _ = k.escrow_public;
+}
