@@ -16,6 +16,11 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvErro
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+/// Compressed bytes up to which a segment is built in memory, not in a spool file (a queue of a
+/// few messages costs no file created and removed): segments being built, queued for the
+/// uploaders and being stored hold at most this much each.
+const IN_MEMORY_SEGMENT_BYTES: usize = 1 << 20;
+
 /// Records per batch handed from a reader to its segment builder.
 const BATCH_RECORDS: usize = 512;
 /// Body bytes per batch handed from a reader to its segment builder.
@@ -300,11 +305,12 @@ pub(super) fn build_segments<'a>(
                     ctx.opts.compression_level
                 );
                 current = Some(Open {
-                    writer: SegmentWriter::create_with_workers(
+                    writer: SegmentWriter::create_in_memory_up_to(
                         &path,
                         ctx.compression,
                         ctx.opts.compression_level,
                         workers,
+                        IN_MEMORY_SEGMENT_BYTES,
                     )?,
                     opened: Instant::now(),
                     tags: None,
@@ -365,7 +371,11 @@ pub(super) fn uploader(jobs: Receiver<Upload>, storage: &dyn Storage, lock: &Run
             );
             // Object stores retry transient failures themselves (storage::retry).
             lock.check()?;
-            if storage.put_file_new(&job.key, &finished.path)? == Conditional::Refused {
+            let stored = match &finished.data {
+                Some(bytes) => storage.put_bytes_new(&job.key, bytes)?,
+                None => storage.put_file_new(&job.key, &finished.path)?,
+            };
+            if stored == Conditional::Refused {
                 return Err(Error::Storage(format!(
                     "Failed to write {}: the key holds a segment already (another run stored it); this run stops and leaves it alone",
                     job.key
