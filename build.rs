@@ -20,13 +20,26 @@ fn main() {
         commit
     };
     println!("cargo:rustc-env=RMQ_BACKUP_GIT_COMMIT={commit}");
-    // A new commit moves HEAD or the branch it points to.
-    for path in [
-        ".git/HEAD",
-        ".git/refs/heads",
-        ".git/packed-refs",
-        ".git/index",
-    ] {
-        println!("cargo:rerun-if-changed={path}");
+    // A new commit moves HEAD or the branch it points to. In a worktree HEAD and the index
+    // are in its own git directory, the branches in the common one; a path that does not
+    // exist would rebuild the crate every time, so only those that do are watched.
+    let dir = git(&["rev-parse", "--git-dir"]);
+    let common = git(&["rev-parse", "--git-common-dir"]);
+    let watched = [
+        (&dir, "HEAD"),
+        (&dir, "index"),
+        (&common, "refs/heads"),
+        (&common, "packed-refs"),
+    ];
+    for (base, name) in watched {
+        if let Some(base) = base {
+            let path = std::path::Path::new(base).join(name);
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
+    }
+    if dir.is_none() {
+        println!("cargo:rerun-if-changed=build.rs");
     }
 }

@@ -576,6 +576,7 @@ mod tests {
     #[test]
     fn segment_metadata_from_finished() {
         let fin = FinishedSegment {
+            data: None,
             path: "/tmp/x".into(),
             record_count: 3,
             first_timestamp: Some(10),

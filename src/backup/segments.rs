@@ -10,12 +10,18 @@ use crate::management::QueueInfo;
 use crate::manifest::{self, SegmentMetadata};
 use crate::metrics::BackupQueueMetrics;
 use crate::record::{encode_record, BackupRecord};
-use crate::segment::SegmentWriter;
+use crate::segment::{hex_lower, SegmentWriter};
 use crate::spool::unique_file;
 use crate::storage::{Conditional, Storage};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+/// Compressed bytes up to which a segment is built in memory, not in a spool file (a queue of a
+/// few messages costs no file created and removed): segments being built, queued for the
+/// uploaders and being stored hold at most this much each.
+const IN_MEMORY_SEGMENT_BYTES: usize = 1 << 20;
 
 /// Records per batch handed from a reader to its segment builder.
 const BATCH_RECORDS: usize = 512;
@@ -299,11 +305,12 @@ pub(super) fn build_segments<'a>(
                     ctx.opts.compression_level
                 );
                 current = Some(Open {
-                    writer: SegmentWriter::create_with_workers(
+                    writer: SegmentWriter::create_in_memory_up_to(
                         &path,
                         ctx.compression,
                         ctx.opts.compression_level,
                         workers,
+                        IN_MEMORY_SEGMENT_BYTES,
                     )?,
                     opened: Instant::now(),
                     tags: None,
@@ -320,6 +327,13 @@ pub(super) fn build_segments<'a>(
     rotate(&mut current, &mut sequence, &mut stored, "end of queue")?;
     stored.record(false)?;
     Ok(stored)
+}
+
+/// A finished segment's stored form: bytes (a segment kept in memory, or sealed from one) or a
+/// spool file.
+enum Payload<'a> {
+    Bytes(std::borrow::Cow<'a, [u8]>),
+    File(&'a std::path::Path),
 }
 
 /// The segment being written.
@@ -351,9 +365,9 @@ fn segment_full(
 /// stored only while the run holds its lock, and only under a key no object has: a stored
 /// segment is never replaced (`crate::storage::conditional`).
 ///
-/// With `encrypt` (`backup.encryption`), the finished RBAK file is encrypted into a second
-/// spool file and removed at once, before the upload: the plaintext lives only while its
-/// segment is built. The manifest's size and SHA-256 are the stored age file's.
+/// With `encrypt` (`backup.encryption`), the finished segment is encrypted before the upload:
+/// in memory when it was built there, else into a second spool file, the plaintext one removed
+/// at once; the plaintext lives only while its segment is built. The manifest's size and SHA-256 are the stored age file's.
 pub(super) fn uploader(
     jobs: Receiver<Upload>,
     storage: &dyn Storage,
@@ -374,8 +388,17 @@ pub(super) fn uploader(
             );
             let mut meta =
                 SegmentMetadata::from_finished(job.key.clone(), job.sequence, &finished);
-            let stored = match encrypt {
-                Some(recipients) => {
+            // What is stored: the segment's bytes (in memory, or in its spool file), sealed
+            // first with `encrypt`.
+            let payload = match (encrypt, &finished.data) {
+                (Some(recipients), Some(plain)) => {
+                    let sealed = recipients.encrypt_bytes(plain)?;
+                    meta.size_bytes = sealed.len() as u64;
+                    meta.checksum = hex_lower(&Sha256::digest(&sealed));
+                    meta.encryption = Some(encryption::SCHEME.to_string());
+                    Payload::Bytes(std::borrow::Cow::Owned(sealed))
+                }
+                (Some(recipients), None) => {
                     let sealed_now = recipients.encrypt_file(&finished.path, &sealed);
                     // The plaintext goes as soon as it is encrypted (or failed to be).
                     let _ = std::fs::remove_file(&finished.path);
@@ -383,13 +406,18 @@ pub(super) fn uploader(
                     meta.size_bytes = size;
                     meta.checksum = checksum;
                     meta.encryption = Some(encryption::SCHEME.to_string());
-                    sealed.as_path()
+                    Payload::File(sealed.as_path())
                 }
-                None => finished.path.as_path(),
+                (None, Some(plain)) => Payload::Bytes(std::borrow::Cow::Borrowed(plain)),
+                (None, None) => Payload::File(finished.path.as_path()),
             };
             // Object stores retry transient failures themselves (storage::retry).
             lock.check()?;
-            if storage.put_file_new(&job.key, stored)? == Conditional::Refused {
+            let stored = match payload {
+                Payload::Bytes(bytes) => storage.put_bytes_new(&job.key, &bytes)?,
+                Payload::File(path) => storage.put_file_new(&job.key, path)?,
+            };
+            if stored == Conditional::Refused {
                 return Err(Error::Storage(format!(
                     "Failed to write {}: the key holds a segment already (another run stored it); this run stops and leaves it alone",
                     job.key

@@ -31,6 +31,7 @@ fn backup(s: &dyn Storage, id: &str, created: i64, completed: bool) {
             first_timestamp: None,
             last_timestamp: None,
             checksum: "0".repeat(64),
+            encryption: None,
         }],
         message_count: 1,
         first_message_timestamp: None,

@@ -530,3 +530,32 @@ fn a_record_longer_than_the_limit_is_refused_before_it_is_read() {
         )
     };
 }
+
+#[test]
+fn a_segment_kept_in_memory_is_the_file_byte_for_byte_and_spills_when_it_grows() {
+    let dir = TempDir::new("in-memory");
+    for c in ALL {
+        let on_disk = write_segment(&dir.file(&format!("disk-{}", c.as_str())), c, 120);
+        let expected = std::fs::read(&on_disk.path).unwrap();
+        assert_eq!(on_disk.data, None);
+        for (spill_at, stays) in [(usize::MAX, true), (expected.len(), true), (64, false)] {
+            let path = dir.file(&format!("mem-{}-{spill_at}", c.as_str()));
+            let mut w = SegmentWriter::create_in_memory_up_to(&path, c, 3, 0, spill_at).unwrap();
+            for i in 0..120 {
+                w.append(&record_json(i), 1000 + i as i64).unwrap();
+            }
+            let got = w.finish().unwrap();
+            assert_eq!(got.checksum, on_disk.checksum, "{c:?} spill_at {spill_at}");
+            assert_eq!(got.size_bytes, on_disk.size_bytes);
+            assert_eq!(got.record_count, 120);
+            if stays {
+                assert!(!path.exists(), "{c:?}: no spool file while in memory");
+                assert_eq!(got.data.as_deref(), Some(&expected[..]), "{c:?}");
+            } else {
+                assert_eq!(got.data, None, "{c:?}: spilled");
+                assert_eq!(std::fs::read(&path).unwrap(), expected, "{c:?}");
+                assert_eq!(read_all(&path).unwrap().len(), 120);
+            }
+        }
+    }
+}

@@ -2,20 +2,25 @@
 //! writes the footer and hashes the file, ready to upload. Memory stays flat whatever the
 //! segment size.
 
+use sha2::Digest;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::{
-    io_err, sha256_file, Compression, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN, VERSION,
+    hex_lower, io_err, sha256_file, Compression, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN,
+    VERSION,
 };
 use crate::error::{Error, Result};
 
-/// What [`SegmentWriter::finish`] produced: the spool file, ready to upload.
+/// What [`SegmentWriter::finish`] produced: the spool file (or the bytes), ready to upload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FinishedSegment {
-    /// The spool file holding the complete segment.
+    /// The spool file holding the complete segment; it does not exist when `data` holds it.
     pub path: PathBuf,
+    /// The complete segment, when it stayed in memory
+    /// ([`SegmentWriter::create_in_memory_up_to`]); no spool file was written then.
+    pub data: Option<Vec<u8>>,
     /// Records written.
     pub record_count: u64,
     /// backed_up_at (epoch ms) of the first record, `None` when empty.
@@ -30,9 +35,60 @@ pub struct FinishedSegment {
     pub checksum: String,
 }
 
-/// Counts and CRCs the bytes written to the spool file after the header.
+/// Where a segment's bytes go while it is built: memory until they would pass `spill_at`
+/// bytes, then its spool file (created then, with what memory held).
+enum Spool {
+    Memory {
+        buf: Vec<u8>,
+        path: PathBuf,
+        spill_at: usize,
+    },
+    File(File),
+}
+
+impl Spool {
+    /// The spool file at `path`, created now; a spool file is never shared, so an existing
+    /// one is a bug, not data to truncate.
+    fn create_file(path: &Path) -> std::io::Result<File> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+    }
+}
+
+impl Write for Spool {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Spool::Memory {
+                buf,
+                path,
+                spill_at,
+            } => {
+                if buf.len() + data.len() <= *spill_at {
+                    buf.extend_from_slice(data);
+                    return Ok(data.len());
+                }
+                let mut file = Spool::create_file(path)?;
+                file.write_all(buf)?;
+                *self = Spool::File(file);
+                self.write(data)
+            }
+            Spool::File(f) => f.write(data),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Spool::Memory { .. } => Ok(()),
+            Spool::File(f) => f.flush(),
+        }
+    }
+}
+
+/// Counts and CRCs the bytes written to the spool after the header.
 struct CrcWriter {
-    file: File,
+    file: Spool,
     crc: crc32fast::Hasher,
     bytes: u64,
 }
@@ -181,15 +237,42 @@ impl SegmentWriter {
         level: i32,
         workers: u32,
     ) -> Result<SegmentWriter> {
-        let mut file =
-            // create_new: a spool file is never shared; an existing one is a bug, not data to
-            // truncate.
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(spool_path)
-                .map_err(|e| io_err("Failed to create", spool_path, e))?;
+        let file = Spool::create_file(spool_path)
+            .map_err(|e| io_err("Failed to create", spool_path, e))?;
+        SegmentWriter::start(spool_path, Spool::File(file), compression, level, workers)
+    }
+
+    /// [`SegmentWriter::create_with_workers`], the segment kept in memory while it takes at
+    /// most `spill_at` bytes (compressed) and written to its spool file from then on: a small
+    /// segment never touches the disk until storage stores it ([`FinishedSegment::data`]).
+    /// Measured: 5,000 queues of 4 small messages, a spool file created and removed per
+    /// segment took 40% of a backup's CPU in ext4's inode allocation.
+    ///
+    /// Errors: as `create_with_workers`; a failure to create the spool file comes from the
+    /// `append` or `finish` that fills memory.
+    pub fn create_in_memory_up_to(
+        spool_path: &Path,
+        compression: Compression,
+        level: i32,
+        workers: u32,
+        spill_at: usize,
+    ) -> Result<SegmentWriter> {
+        let spool = Spool::Memory {
+            buf: Vec::new(),
+            path: spool_path.to_path_buf(),
+            spill_at,
+        };
+        SegmentWriter::start(spool_path, spool, compression, level, workers)
+    }
+
+    /// Writes the placeholder header to `file` and starts the compressor.
+    fn start(
+        spool_path: &Path,
+        mut file: Spool,
+        compression: Compression,
+        level: i32,
+        workers: u32,
+    ) -> Result<SegmentWriter> {
         file.write_all(&[0u8; HEADER_LEN as usize])
             .map_err(|e| io_err("Failed to write", spool_path, e))?;
         let crc = CrcWriter {
@@ -309,7 +392,7 @@ impl SegmentWriter {
             }
         };
         let CrcWriter {
-            mut file,
+            file,
             crc: payload_crc,
             bytes: payload_len,
         } = crcw;
@@ -328,18 +411,29 @@ impl SegmentWriter {
         let mut footer = [0u8; 8];
         footer[0..4].copy_from_slice(&crc.to_le_bytes());
         footer[4..8].copy_from_slice(END_MAGIC);
-        let write = |file: &mut File| -> std::io::Result<()> {
-            file.write_all(&footer)?;
-            file.seek(SeekFrom::Start(0))?;
-            file.write_all(&header)
-        };
-        write(&mut file).map_err(|e| io_err("Failed to write", &path, e))?;
-        drop(file);
         let size_bytes = HEADER_LEN + payload_len + FOOTER_LEN;
-        let checksum = sha256_file(&path)?;
+        let (data, checksum) = match file {
+            Spool::Memory { mut buf, .. } => {
+                buf.extend_from_slice(&footer);
+                buf[..HEADER_LEN as usize].copy_from_slice(&header);
+                let checksum = hex_lower(&sha2::Sha256::digest(&buf));
+                (Some(buf), checksum)
+            }
+            Spool::File(mut file) => {
+                let write = |file: &mut File| -> std::io::Result<()> {
+                    file.write_all(&footer)?;
+                    file.seek(SeekFrom::Start(0))?;
+                    file.write_all(&header)
+                };
+                write(&mut file).map_err(|e| io_err("Failed to write", &path, e))?;
+                drop(file);
+                (None, sha256_file(&path)?)
+            }
+        };
         self.finished = true;
         Ok(FinishedSegment {
             path,
+            data,
             record_count: self.record_count,
             first_timestamp: self.first_timestamp,
             last_timestamp: self.last_timestamp,
