@@ -13,12 +13,14 @@ scripts/setup-storage.sh
 scripts/setup-rabbitmq-tls.sh
 scripts/setup-rabbitmq-cluster.sh
 # Tools of the packaging tests: promtool (Debian's prometheus package) for
-# tests/packaging_alerts.rs, and a container engine (podman; runc, which runs on hosts with
+# tests/packaging_alerts.rs, the Pushgateway (prometheus-pushgateway; tests/metrics_export.rs
+# starts its own on a free port, the package's service is not used), and a container engine (podman; runc, which runs on hosts with
 # hybrid cgroups where crun does not) for tests/container_image.rs. --no-install-recommends
 # keeps the Prometheus server's extras out (on a host running systemd the package starts its
 # own server on :9090; the tests use only promtool).
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v prometheus-pushgateway >/dev/null 2>&1 || missing+=(prometheus-pushgateway)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 if [[ ${#missing[@]} -gt 0 ]]; then

@@ -11,6 +11,7 @@ use crate::{backup, restore};
 use argh::FromArgs;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Back up the queues and topology of a RabbitMQ broker to storage, and restore them
 /// byte for byte.
@@ -214,19 +215,36 @@ pub fn main() -> i32 {
         }
     };
     crate::logging::init(verbosity + u8::from(cli.verbose), log_format);
-    match run(cli.command) {
+    exit_code(run(cli.command))
+}
+
+/// The exit code of a command's result, its error reported (logged and printed) first: the
+/// one place outcomes become exit codes. `Ok(code)` is the code the command chose (0, 3, 4);
+/// an error exits [`Error::exit_code`] (1, or 2 for configuration), and a job stopped by
+/// SIGTERM or SIGINT exits 143 or 130, whatever error it ended with.
+fn exit_code(result: Result<i32>) -> i32 {
+    match result {
         Ok(code) => code,
         Err(e) => {
             crate::logging::report_error(&e);
-            // A job stopped by SIGTERM or SIGINT exits 143 or 130, whatever error it ended with.
             crate::signals::requested().map_or(e.exit_code(), crate::signals::exit_code)
         }
     }
 }
 
+/// Runs a backup or restore job (`mode`) of `cfg` begun at `started`, and returns its exit
+/// code ([`exit_code`]) after recording it in the `broker_backup_last_*` metrics and exporting
+/// them (`metrics.textfile`, `metrics.pushgateway_url`; `crate::metrics::export`).
+fn job(cfg: &Config, started: Instant, run: impl FnOnce() -> Result<i32>) -> i32 {
+    let code = exit_code(run());
+    crate::metrics::export::finish_run(cfg.metrics.as_ref(), cfg.mode.as_str(), code, started);
+    code
+}
+
 fn run(command: Command) -> Result<i32> {
     match command {
         Command::Backup(cmd) => {
+            let started = Instant::now();
             let cfg = match load(&cmd.config, Mode::Backup) {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
@@ -237,32 +255,37 @@ fn run(command: Command) -> Result<i32> {
                 print!("{}", plan.render(cmd.format == Format::Json)?);
                 return Ok(0);
             }
-            let _metrics = start_metrics(&cfg)?;
-            crate::signals::install()?;
-            let storage = storage::open_config(&cfg.storage)?;
-            let s = backup::run(&cfg, storage.clone())?;
-            print_backup(&s);
-            if let Some(r) = &cfg.retention {
-                println!("{}", crate::retention::after_backup(r, &storage));
-            }
-            Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
-                0
-            } else {
-                EXIT_SKIPPED
-            })
+            Ok(job(&cfg, started, || {
+                let _metrics = start_metrics(&cfg)?;
+                crate::signals::install()?;
+                let storage = storage::open_config(&cfg.storage)?;
+                let s = backup::run(&cfg, storage.clone())?;
+                print_backup(&s);
+                if let Some(r) = &cfg.retention {
+                    println!("{}", crate::retention::after_backup(r, &storage));
+                }
+                Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
+                    0
+                } else {
+                    EXIT_SKIPPED
+                })
+            }))
         }
         Command::Restore(cmd) => {
+            let started = Instant::now();
             let cfg = match load(&cmd.config, Mode::Restore) {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
             crate::logging::set_backup_id(&cfg.backup_id);
-            let _metrics = start_metrics(&cfg)?;
-            crate::signals::install()?;
-            let storage = storage::open_config(&cfg.storage)?;
-            let s = restore::run(&cfg, storage)?;
-            print_restore(&s);
-            Ok(0)
+            Ok(job(&cfg, started, || {
+                let _metrics = start_metrics(&cfg)?;
+                crate::signals::install()?;
+                let storage = storage::open_config(&cfg.storage)?;
+                let s = restore::run(&cfg, storage)?;
+                print_restore(&s);
+                Ok(0)
+            }))
         }
         Command::List(cmd) => {
             let storage = open_url(&cmd.path)?;
@@ -290,7 +313,8 @@ fn run(command: Command) -> Result<i32> {
 }
 
 /// The metrics server of `cfg.metrics` when it is present and enabled, before anything
-/// touches the broker or storage, so a taken port fails the run at once.
+/// touches the broker or storage, so a taken port fails the run at once. `enabled: false`
+/// serves nothing; `metrics.textfile` and `metrics.pushgateway_url` still work.
 fn start_metrics(cfg: &Config) -> Result<Option<MetricsServer>> {
     match &cfg.metrics {
         Some(m) if m.enabled => MetricsServer::start(m).map(Some),
