@@ -299,4 +299,5 @@ fn an_unreachable_pushgateway_is_a_warning_not_a_failure() {
         "{stderr}"
     );
     assert!(!stderr.contains("down-s3cret"), "{stderr}");
+    println!("{stderr}");
 }
