@@ -1,7 +1,7 @@
 //! The metrics of a run after the process exits (README "Metrics that outlive a run"): real
 //! backups of the local broker write `metrics.textfile` and push to a real Pushgateway
 //! (Debian's `prometheus-pushgateway`, started here on a free port); a failed backup records
-//! exit code 1 and keeps the last success in both.
+//! exit code 1 and keeps the last success in both; a failed checkpoint sync is counted.
 
 mod common;
 
@@ -300,4 +300,43 @@ fn an_unreachable_pushgateway_is_a_warning_not_a_failure() {
     );
     assert!(!stderr.contains("down-s3cret"), "{stderr}");
     println!("{stderr}");
+}
+
+#[test]
+fn a_failed_checkpoint_sync_is_counted_in_the_textfile() {
+    let vh = vhost_with_queue("mexport-sync");
+    let dir = TempDir::new("mexport-sync");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store");
+    // The sync's key lies below a regular file: every upload of the database fails.
+    std::fs::write(store.join("blocked"), b"x").expect("file");
+    let prom = dir.path().join("rmq-backup.prom");
+    let yaml = backup_yaml("sync", &vh.name, &store, "")
+        + &format!(
+            "offset_storage:\n  db_path: {}\n  s3_key: blocked/offsets.db\nmetrics:\n  enabled: false\n  textfile: {}\n",
+            dir.path().join("offsets.db").display(),
+            prom.display()
+        );
+    let cfg = write_config(dir.path(), "sync.yaml", &yaml);
+    let out = run_cli(&["backup", "--config", &cfg]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("the checkpoint database could not be synced"),
+        "{stderr}"
+    );
+    let file = std::fs::read_to_string(&prom).expect("textfile written");
+    assert!(
+        value(&file, "broker_backup_checkpoint_sync_failures", &[]).unwrap_or(0.0) >= 1.0,
+        "{file}"
+    );
+    assert_eq!(
+        value(
+            &file,
+            "broker_backup_last_run_exit_code",
+            &["mode=\"backup\""]
+        ),
+        out.status.code().map(f64::from),
+        "{file}"
+    );
 }
