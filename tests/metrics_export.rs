@@ -120,6 +120,61 @@ fn textfile_holds_the_outcome_and_a_failed_run_keeps_the_last_success() {
     assert!(value(&second, "broker_backup_last_run_timestamp_seconds", &mode).unwrap() >= ended);
     assert!(stderr.contains("Storage error:"), "{stderr}");
     println!("textfile after the failed run:\n{second}");
+
+    // A restore sharing the file records its own outcome and keeps the backup's.
+    let target = vh.sibling("target");
+    management().create_vhost(&target).expect("target vhost");
+    management()
+        .set_permissions(&target, "guest")
+        .expect("permissions");
+    let restore = restore_yaml(
+        "tf-ok",
+        &store,
+        &format!(
+            "  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{}\": \"{target}\"\n",
+            vh.name
+        ),
+    ) + &format!("metrics:\n  enabled: false\n{metrics}");
+    let cfg = write_config(dir.path(), "restore.yaml", &restore);
+    let out = run_cli(&["restore", "--config", &cfg]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let third = std::fs::read_to_string(&prom).expect("textfile rewritten");
+    let restore_mode = ["mode=\"restore\""];
+    assert_eq!(
+        value(&third, "broker_backup_last_run_exit_code", &restore_mode),
+        Some(0.0),
+        "{third}"
+    );
+    assert!(value(
+        &third,
+        "broker_backup_last_success_timestamp_seconds",
+        &restore_mode
+    )
+    .is_some());
+    assert_eq!(
+        value(&third, "broker_backup_last_run_exit_code", &mode),
+        Some(1.0),
+        "the backup's outcome stays: {third}"
+    );
+    assert_eq!(
+        value(
+            &third,
+            "broker_backup_last_success_timestamp_seconds",
+            &mode
+        ),
+        Some(success),
+        "{third}"
+    );
+    assert_eq!(
+        value(
+            &third,
+            "broker_restore_messages_published",
+            &["queue=\"orders\""]
+        ),
+        Some(5.0),
+        "{third}"
+    );
 }
 
 /// A Pushgateway of this test: the child process, killed on drop.
