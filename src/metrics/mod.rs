@@ -16,7 +16,10 @@
 //! same relaxed atomic on the hot path as this module does.
 
 pub mod export;
+mod outcome;
 pub mod server;
+
+pub use outcome::GaugeFamily;
 
 use crate::error::Error;
 use std::fmt::Write as _;
@@ -133,63 +136,6 @@ impl<const N: usize> CounterFamily<N> {
                 out.push('"');
             }
             let _ = writeln!(out, "}} {value}");
-        }
-    }
-}
-
-/// A gauge family with one label holding floating-point values, set a few times per run (the
-/// outcome of a run), never on a hot path. A label value has a series once it is set.
-#[derive(Debug)]
-pub struct GaugeFamily {
-    name: &'static str,
-    help: &'static str,
-    label: &'static str,
-    series: Mutex<Vec<(String, f64)>>,
-}
-
-impl GaugeFamily {
-    fn new(name: &'static str, help: &'static str, label: &'static str) -> Self {
-        GaugeFamily {
-            name,
-            help,
-            label,
-            series: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Sets the series of `value` (the label's value) to `v`.
-    pub fn set(&self, value: &str, v: f64) {
-        let mut series = lock(&self.series);
-        match series.iter_mut().find(|(l, _)| l == value) {
-            Some((_, old)) => *old = v,
-            None => series.push((value.to_string(), v)),
-        }
-    }
-
-    /// The value of the series of `value`, if set.
-    pub fn get(&self, value: &str) -> Option<f64> {
-        lock(&self.series)
-            .iter()
-            .find(|(l, _)| l == value)
-            .map(|(_, v)| *v)
-    }
-
-    /// The metric name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn render(&self, out: &mut String) {
-        header(out, self.name, self.help, "gauge");
-        let mut series = lock(&self.series).clone();
-        series.sort_by(|a, b| a.0.cmp(&b.0));
-        for (value, v) in series {
-            out.push_str(self.name);
-            out.push('{');
-            out.push_str(self.label);
-            out.push_str("=\"");
-            escape_label_value(&value, out);
-            let _ = writeln!(out, "\"}} {v}");
         }
     }
 }
