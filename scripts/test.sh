@@ -13,13 +13,15 @@ scripts/setup-storage.sh
 scripts/setup-rabbitmq-tls.sh
 scripts/setup-rabbitmq-cluster.sh
 # Tools of the tests: promtool (Debian's prometheus package) for tests/packaging_alerts.rs,
-# a container engine (podman; runc, which runs on hosts with hybrid cgroups where crun does
-# not) for tests/container_image.rs, and the age tool, with which tests/encryption.rs decrypts
-# a stored segment. --no-install-recommends keeps the Prometheus server's extras out (on a
-# host running systemd the package starts its own server on :9090; the tests use only
-# promtool).
+# the Pushgateway (prometheus-pushgateway; tests/metrics_export.rs starts its own on a free
+# port, the package's service is not used), a container engine (podman; runc, which runs on
+# hosts with hybrid cgroups where crun does not) for tests/container_image.rs, and the age
+# tool, with which tests/encryption.rs decrypts a stored segment. --no-install-recommends
+# keeps the Prometheus server's extras out (on a host running systemd the package starts its
+# own server on :9090; the tests use only promtool).
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v prometheus-pushgateway >/dev/null 2>&1 || missing+=(prometheus-pushgateway)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v age >/dev/null 2>&1 || missing+=(age)

@@ -11,6 +11,7 @@ use crate::{backup, restore};
 use argh::FromArgs;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Back up the queues and topology of a RabbitMQ broker to storage, and restore them
 /// byte for byte.
@@ -18,7 +19,7 @@ use std::sync::Arc;
 #[argh(
     help_triggers("-h", "--help"),
     example = "{command_name} backup --config backup.yaml\n{command_name} validate --path file:///var/backups/rabbitmq --backup-id nightly --deep\n{command_name} restore --config restore.yaml\n{command_name} forget --path file:///var/backups/rabbitmq --keep-daily 7 --keep-weekly 4",
-    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). Logs go to stderr as text, or with --log-format json (anywhere on the line; or RMQ_BACKUP_LOG_FORMAT=json) as one JSON object per line: timestamp (RFC 3339, ms), level, target, message, and backup_id, vhost, queue, segment, error_type where a line is about them. See README.md for the configuration file (TLS to the broker: amqps:// URLs and source.tls / target.tls). --version prints the version and the git commit of the build."
+    note = "Exit codes: 0 success; 1 the job failed; 2 bad usage or configuration; 3 validate (or list) found damage; 4 a backup completed but left selected queues alone (each named in its summary). Errors go to stderr and start with their category (\"Storage error: ...\"). Logs go to stderr as text, or with --log-format json (anywhere on the line; or RMQ_BACKUP_LOG_FORMAT=json) as one JSON object per line: timestamp (RFC 3339, ms), level, target, message, and backup_id, vhost, queue, segment, error_type where a line is about them. See README.md for the configuration file (TLS to the broker: amqps:// URLs and source.tls / target.tls; metrics: serves /metrics while backup or restore runs unless enabled: false, and at the end of the run writes textfile: PATH for node_exporter and POSTs to pushgateway_url (pushgateway_job, pushgateway_grouping) the run's metrics with broker_backup_last_run_exit_code and broker_backup_last_success_timestamp_seconds). --version prints the version and the git commit of the build."
 )]
 struct Cli {
     /// more output: -v debug, -vv trace (AMQP frames, storage operations, segment details);
@@ -219,19 +220,36 @@ pub fn main() -> i32 {
         }
     };
     crate::logging::init(verbosity + u8::from(cli.verbose), log_format);
-    match run(cli.command) {
+    exit_code(run(cli.command))
+}
+
+/// The exit code of a command's result, its error reported (logged and printed) first: the
+/// one place outcomes become exit codes. `Ok(code)` is the code the command chose (0, 3, 4);
+/// an error exits [`Error::exit_code`] (1, or 2 for configuration), and a job stopped by
+/// SIGTERM or SIGINT exits 143 or 130, whatever error it ended with.
+fn exit_code(result: Result<i32>) -> i32 {
+    match result {
         Ok(code) => code,
         Err(e) => {
             crate::logging::report_error(&e);
-            // A job stopped by SIGTERM or SIGINT exits 143 or 130, whatever error it ended with.
             crate::signals::requested().map_or(e.exit_code(), crate::signals::exit_code)
         }
     }
 }
 
+/// Runs a backup or restore job (`mode`) of `cfg` begun at `started`, and returns its exit
+/// code ([`exit_code`]) after recording it in the `broker_backup_last_*` metrics and exporting
+/// them (`metrics.textfile`, `metrics.pushgateway_url`; `crate::metrics::export`).
+fn job(cfg: &Config, started: Instant, run: impl FnOnce() -> Result<i32>) -> i32 {
+    let code = exit_code(run());
+    crate::metrics::export::finish_run(cfg.metrics.as_ref(), cfg.mode.as_str(), code, started);
+    code
+}
+
 fn run(command: Command) -> Result<i32> {
     match command {
         Command::Backup(cmd) => {
+            let started = Instant::now();
             let cfg = match load(&cmd.config, Mode::Backup) {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
@@ -242,32 +260,37 @@ fn run(command: Command) -> Result<i32> {
                 print!("{}", plan.render(cmd.format == Format::Json)?);
                 return Ok(0);
             }
-            let _metrics = start_metrics(&cfg)?;
-            crate::signals::install()?;
-            let storage = storage::open_config(&cfg.storage)?;
-            let s = backup::run(&cfg, storage.clone())?;
-            print_backup(&s);
-            if let Some(r) = &cfg.retention {
-                println!("{}", crate::retention::after_backup(r, &storage));
-            }
-            Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
-                0
-            } else {
-                EXIT_SKIPPED
-            })
+            Ok(job(&cfg, started, || {
+                let _metrics = start_metrics(&cfg)?;
+                crate::signals::install()?;
+                let storage = storage::open_config(&cfg.storage)?;
+                let s = backup::run(&cfg, storage.clone())?;
+                print_backup(&s);
+                if let Some(r) = &cfg.retention {
+                    println!("{}", crate::retention::after_backup(r, &storage));
+                }
+                Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
+                    0
+                } else {
+                    EXIT_SKIPPED
+                })
+            }))
         }
         Command::Restore(cmd) => {
+            let started = Instant::now();
             let cfg = match load(&cmd.config, Mode::Restore) {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
             crate::logging::set_backup_id(&cfg.backup_id);
-            let _metrics = start_metrics(&cfg)?;
-            crate::signals::install()?;
-            let storage = storage::open_config(&cfg.storage)?;
-            let s = restore::run(&cfg, storage)?;
-            print_restore(&s);
-            Ok(0)
+            Ok(job(&cfg, started, || {
+                let _metrics = start_metrics(&cfg)?;
+                crate::signals::install()?;
+                let storage = storage::open_config(&cfg.storage)?;
+                let s = restore::run(&cfg, storage)?;
+                print_restore(&s);
+                Ok(0)
+            }))
         }
         Command::List(cmd) => {
             let storage = open_url(&cmd.path)?;
@@ -308,7 +331,8 @@ fn run(command: Command) -> Result<i32> {
 }
 
 /// The metrics server of `cfg.metrics` when it is present and enabled, before anything
-/// touches the broker or storage, so a taken port fails the run at once.
+/// touches the broker or storage, so a taken port fails the run at once. `enabled: false`
+/// serves nothing; `metrics.textfile` and `metrics.pushgateway_url` still work.
 fn start_metrics(cfg: &Config) -> Result<Option<MetricsServer>> {
     match &cfg.metrics {
         Some(m) if m.enabled => MetricsServer::start(m).map(Some),

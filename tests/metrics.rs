@@ -123,6 +123,7 @@ fn check_exposition(text: &str) {
         ("broker_backup_segments_written", "counter", "queue_type"),
         ("broker_backup_segments_bytes", "counter", "queue_type"),
         ("broker_backup_checkpoint_syncs", "counter", ""),
+        ("broker_backup_checkpoint_sync_failures", "counter", ""),
         ("broker_backup_errors", "counter", "error_type"),
         ("broker_restore_messages_published", "counter", "queue_type"),
         ("broker_restore_messages_confirmed", "counter", "queue_type"),

@@ -4,7 +4,8 @@
 //!
 //! A sync uploads a `VACUUM INTO` snapshot with one put of the storage, so the key never holds a
 //! half-written database (object stores replace an object whole; the filesystem backend writes
-//! a temporary file and renames it). Each sync counts in `broker_backup_checkpoint_syncs`.
+//! a temporary file and renames it). Each sync counts in `broker_backup_checkpoint_syncs`, each
+//! failed one in `broker_backup_checkpoint_sync_failures`.
 
 use super::Checkpoints;
 use crate::config::{OffsetBackend, OffsetStorageConfig};
@@ -94,13 +95,17 @@ pub fn start(
     Ok((checkpoints, syncer))
 }
 
-/// Uploads a snapshot of `checkpoints` to `key` in `storage`, and counts it.
+/// Uploads a snapshot of `checkpoints` to `key` in `storage`, and counts it (a failure in
+/// `broker_backup_checkpoint_sync_failures`).
 pub fn push(checkpoints: &Checkpoints, storage: &dyn Storage, key: &str) -> Result<()> {
     let tmp = unique_file(&std::env::temp_dir(), "rmq-backup-offsets-snapshot");
     let result = checkpoints
         .snapshot_to(&tmp)
         .and_then(|_| storage.put_file(key, &tmp));
     let _ = std::fs::remove_file(&tmp);
+    if result.is_err() {
+        metrics::global().checkpoint_sync_failures.inc();
+    }
     result?;
     metrics::global().checkpoint_syncs.inc();
     log::debug!(

@@ -77,7 +77,8 @@ impl Config {
     /// Replaces `${NAME}` by the environment variable `NAME` (`$${` is a literal `${`) in
     /// `source.amqp_url`, `source.management_password`, `target.amqp_url`,
     /// `target.management_password` (SPEC.md "What the service does" 6), and in the storage
-    /// secrets: s3 `access_key`/`secret_key`, azure `account_key`/`client_secret`/`sas_token`.
+    /// secrets: s3 `access_key`/`secret_key`, azure `account_key`/`client_secret`/`sas_token`;
+    /// and in `metrics.pushgateway_url` (its basic-auth password).
     ///
     /// Errors: `Error::Config("Environment variable {NAME} referenced in {field} is not set")`,
     /// or a malformed reference.
@@ -101,6 +102,13 @@ impl Config {
                 &mut target.management_password,
                 "target.management_password",
             )?;
+        }
+        if let Some(url) = self
+            .metrics
+            .as_mut()
+            .and_then(|m| m.pushgateway_url.as_mut())
+        {
+            interpolate_in_place(url, "metrics.pushgateway_url")?;
         }
         match &mut self.storage {
             StorageConfig::S3(s3) => {

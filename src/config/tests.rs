@@ -272,6 +272,7 @@ fn full_example_parses_every_field() {
             port: 9090,
             bind_address: "127.0.0.1".into(),
             path: "/m".into(),
+            ..Default::default()
         })
     );
     // amqps and tls.enabled are supported (issue 15).
@@ -347,6 +348,10 @@ fn section_defaults() {
             port: 8080,
             bind_address: "0.0.0.0".into(),
             path: "/metrics".into(),
+            textfile: None,
+            pushgateway_url: None,
+            pushgateway_job: "rmq-backup".into(),
+            pushgateway_grouping: Default::default(),
         })
     );
     let c = parsed(&MINIMAL_BACKUP.replace(
@@ -960,6 +965,61 @@ fn section_value_rules() {
         ..Default::default()
     });
     assert_eq!(invalid(&c), "metrics.bind_address must not be empty");
+    for (m, err) in [
+        (
+            MetricsConfig {
+                textfile: Some("/".into()),
+                ..Default::default()
+            },
+            "metrics.textfile must name a file",
+        ),
+        (
+            MetricsConfig {
+                pushgateway_url: Some("pgw:9091".into()),
+                ..Default::default()
+            },
+            "metrics.pushgateway_url must start with http:// or https://",
+        ),
+        (
+            MetricsConfig {
+                pushgateway_url: Some("http://pgw:9091/?x=1".into()),
+                ..Default::default()
+            },
+            "metrics.pushgateway_url must not have a query or fragment",
+        ),
+        (
+            MetricsConfig {
+                pushgateway_job: " ".into(),
+                ..Default::default()
+            },
+            "metrics.pushgateway_job must not be empty",
+        ),
+        (
+            MetricsConfig {
+                pushgateway_grouping: [("mode".to_string(), "x".to_string())].into(),
+                ..Default::default()
+            },
+            "metrics.pushgateway_grouping must not set mode: rmq-backup sets it (pushgateway_job, and backup or restore)",
+        ),
+        (
+            MetricsConfig {
+                pushgateway_grouping: [("1x".to_string(), "x".to_string())].into(),
+                ..Default::default()
+            },
+            "metrics.pushgateway_grouping label \"1x\" is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)",
+        ),
+        (
+            MetricsConfig {
+                pushgateway_grouping: [("instance".to_string(), "".to_string())].into(),
+                ..Default::default()
+            },
+            "metrics.pushgateway_grouping.instance must not be empty",
+        ),
+    ] {
+        let mut c = backup();
+        c.metrics = Some(m);
+        assert_eq!(invalid(&c), err);
+    }
     let mut c = backup();
     c.offset_storage = Some(OffsetStorageConfig {
         sync_interval_secs: 0,
@@ -1418,4 +1478,29 @@ fn retention_section() {
     assert!(e.contains("is not a duration such as 1y5m7d2h"), "{e}");
     let e = serde_err(&format!("{MINIMAL_BACKUP}retention:\n  keep_dayly: 2\n"));
     assert!(e.contains("unknown field `keep_dayly`"), "{e}");
+}
+
+#[test]
+fn metrics_export_fields_parse_interpolate_and_hide_the_password() {
+    std::env::set_var("RMQ_BACKUP_TEST_PGW_PASSWORD", "s3cret");
+    let c = parsed(&format!(
+        "{MINIMAL_BACKUP}metrics:\n  enabled: false\n  textfile: /var/lib/node_exporter/rmq-backup.prom\n  pushgateway_url: \"http://pusher:${{RMQ_BACKUP_TEST_PGW_PASSWORD}}@pgw:9091\"\n  pushgateway_job: nightly\n  pushgateway_grouping:\n    instance: prod-eu\n"
+    ));
+    let m = c.metrics.as_ref().expect("metrics");
+    assert!(!m.enabled);
+    assert_eq!(
+        m.textfile.as_deref(),
+        Some(std::path::Path::new(
+            "/var/lib/node_exporter/rmq-backup.prom"
+        ))
+    );
+    assert_eq!(
+        m.pushgateway_url.as_deref(),
+        Some("http://pusher:s3cret@pgw:9091")
+    );
+    assert_eq!(m.pushgateway_job, "nightly");
+    assert_eq!(m.pushgateway_grouping["instance"], "prod-eu");
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("s3cret"), "{debug}");
+    assert!(debug.contains("http://pusher:****@pgw:9091"), "{debug}");
 }

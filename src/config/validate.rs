@@ -3,7 +3,7 @@
 //! implement yet.
 
 use super::backup::validate_backup_options;
-use super::checks::{check_non_empty, check_positive, config_err};
+use super::checks::{check_non_empty, check_positive, check_scheme, config_err};
 use super::restore::validate_restore_options;
 use super::source::validate_source;
 use super::target::validate_target;
@@ -63,6 +63,7 @@ impl Config {
                     m.path
                 )));
             }
+            check_export(m)?;
         }
         self.check_supported()
     }
@@ -134,4 +135,40 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The end-of-run export of `metrics` (`textfile`, `pushgateway_*`).
+fn check_export(m: &super::MetricsConfig) -> Result<()> {
+    if let Some(t) = &m.textfile {
+        if t.as_os_str().is_empty() || t.file_name().is_none() {
+            return Err(config_err("metrics.textfile must name a file"));
+        }
+    }
+    if let Some(url) = &m.pushgateway_url {
+        check_scheme(url, "metrics.pushgateway_url", &["http://", "https://"])?;
+        if url.contains(['?', '#']) {
+            return Err(config_err(
+                "metrics.pushgateway_url must not have a query or fragment",
+            ));
+        }
+    }
+    check_non_empty(&m.pushgateway_job, "metrics.pushgateway_job")?;
+    for (name, value) in &m.pushgateway_grouping {
+        let valid = name
+            .chars()
+            .enumerate()
+            .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+        if !valid || name.is_empty() || name.starts_with("__") {
+            return Err(config_err(format!(
+                "metrics.pushgateway_grouping label {name:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"
+            )));
+        }
+        if name == "job" || name == "mode" {
+            return Err(config_err(format!(
+                "metrics.pushgateway_grouping must not set {name}: rmq-backup sets it (pushgateway_job, and backup or restore)"
+            )));
+        }
+        check_non_empty(value, &format!("metrics.pushgateway_grouping.{name}"))?;
+    }
+    Ok(())
 }
