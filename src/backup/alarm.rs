@@ -5,8 +5,9 @@
 //! RabbitMQ blocks a connection (`connection.blocked`) only once it publishes while an alarm
 //! lasts; a backup only reads, so it never hears of one that way (RabbitMQ 3.10.8, tried: a
 //! backup read a queue to its end under an alarm). The run therefore asks the management API
-//! (`GET /api/nodes`) before it starts and every [`POLL`] while it reads, and the first alarm
-//! it sees stops every queue read: the messages a read holds unacknowledged are what the broker
+//! (`GET /api/nodes`) before it starts, and its alarms health check (which, unlike
+//! `/api/nodes`, answers live) every [`POLL`] while it reads; the first alarm it sees stops
+//! every queue read: the messages a read holds unacknowledged are what the broker
 //! keeps in memory for it, and giving them back is what relieves the broker. Stream reads over
 //! the stream protocol hold nothing and finish.
 
@@ -75,15 +76,14 @@ pub(super) fn watch(mgmt: &ManagementClient, stop: &Stop, done: &dyn Fn() -> boo
             continue;
         }
         next = Instant::now() + POLL;
-        match mgmt.nodes_memory() {
+        match mgmt.memory_alarms() {
             Ok(nodes) => {
                 if std::mem::take(&mut silent) {
                     log::info!("the management API answers again; memory alarms are watched");
                 }
-                if let Some(node) = nodes.iter().find(|n| n.mem_alarm) {
+                if let Some(node) = nodes.first() {
                     stop.set(format!(
-                        "broker node {} raised a memory alarm ({} of {} bytes used); backup stopped, every message left in place",
-                        node.name, node.mem_used, node.mem_limit
+                        "broker node {node} raised a memory alarm; backup stopped, every message left in place"
                     ));
                     return;
                 }

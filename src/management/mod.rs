@@ -376,6 +376,10 @@ impl ManagementClient {
         if status == 404 && ok_404 {
             return Ok((status, Vec::new()));
         }
+        if status == 503 && path == api::HEALTH_ALARMS {
+            // The health check's answer when alarms are in effect: the list is the answer.
+            return Ok((status, read.unwrap_or_default()));
+        }
         let mut message = format!("HTTP {status} for {} {path}", method.as_str());
         if status != 404 {
             // A failed login (401 "Login failed") stays bare, as SPEC.md shows it; other refusals

@@ -22,6 +22,7 @@ pub mod server;
 pub use outcome::GaugeFamily;
 
 use crate::error::Error;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -86,7 +87,10 @@ pub struct CounterFamily<const N: usize = 3> {
     name: &'static str,
     help: &'static str,
     labels: [&'static str; N],
-    series: Mutex<Vec<([String; N], Counter)>>,
+    /// Series by their label values joined with NUL (no label value holds one: they are
+    /// queue, vhost and type names); a backup of 5,000 queues resolved each queue's series by
+    /// a scan of every earlier one, a third of its CPU in `memcmp`.
+    series: Mutex<HashMap<String, ([String; N], Counter)>>,
 }
 
 impl<const N: usize> CounterFamily<N> {
@@ -95,31 +99,30 @@ impl<const N: usize> CounterFamily<N> {
             name,
             help,
             labels,
-            series: Mutex::new(Vec::new()),
+            series: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The counter of these label values, created at 0 when new. Takes a lock and compares
-    /// strings: call it once per queue, not per message.
+    /// The counter of these label values, created at 0 when new. Takes a lock and hashes the
+    /// values: call it once per queue, not per message.
     pub fn with(&self, values: [&str; N]) -> Counter {
-        let mut series = lock(&self.series);
-        if let Some((_, c)) = series.iter().find(|(v, _)| v.iter().eq(values.iter())) {
-            return c.clone();
-        }
-        let c = Counter::default();
-        series.push((values.map(str::to_string), c.clone()));
-        c
+        let key = values.join("\0");
+        lock(&self.series)
+            .entry(key)
+            .or_insert_with(|| (values.map(str::to_string), Counter::default()))
+            .1
+            .clone()
     }
 
     /// Sum over every series.
     pub fn total(&self) -> u64 {
-        lock(&self.series).iter().map(|(_, c)| c.get()).sum()
+        lock(&self.series).values().map(|(_, c)| c.get()).sum()
     }
 
     fn render(&self, out: &mut String) {
         header(out, self.name, self.help, "counter");
         let mut series: Vec<([String; N], u64)> = lock(&self.series)
-            .iter()
+            .values()
             .map(|(v, c)| (v.clone(), c.get()))
             .collect();
         series.sort();
