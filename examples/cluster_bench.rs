@@ -63,17 +63,21 @@ fn config(dir: &std::path::Path, id: &str, local: bool, shard: Option<u32>) -> S
     let mgmt = (1..=3)
         .map(|n| format!("\"{}\"", mgmt_url(n)))
         .collect::<Vec<_>>();
-    let (concurrent, shard) = match shard {
+    let (concurrent, shard_yaml) = match shard {
         Some(i) => (2, format!("  shard: {{index: {i}, count: 3}}\n")),
         None => (6, String::new()),
     };
     let yaml = format!(
-        "mode: backup\nbackup_id: {id}\nsource:\n  amqp_url: [{}]\n  management_url: [{}]\n  management_username: guest\n  management_password: guest\n  node_local_reads: {local}\n  queues:\n    vhosts: [\"{VHOST}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  include_definitions: false\n  max_concurrent_queues: {concurrent}\n{shard}",
+        "mode: backup\nbackup_id: {id}\nsource:\n  amqp_url: [{}]\n  management_url: [{}]\n  management_username: guest\n  management_password: guest\n  node_local_reads: {local}\n  queues:\n    vhosts: [\"{VHOST}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  include_definitions: false\n  max_concurrent_queues: {concurrent}\n{shard_yaml}",
         urls.join(", "),
         mgmt.join(", "),
         dir.join("store").display()
     );
-    let path = dir.join(format!("{id}-{}.yaml", shard.len()));
+    // One file per worker (the three shard workers run at once).
+    let path = dir.join(match shard {
+        Some(i) => format!("{id}-shard-{i}.yaml"),
+        None => format!("{id}.yaml"),
+    });
     std::fs::write(&path, yaml).expect("config");
     path.display().to_string()
 }
