@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use std::collections::HashSet;
 
 /// The management API's alarms health check (RabbitMQ 3.8.10+).
-pub const HEALTH_ALARMS: &str = "/api/health/checks/alarms";
+const HEALTH_ALARMS: &str = "/api/health/checks/alarms";
 
 /// One queue as listed by `GET /api/queues` (fields of the management API).
 #[derive(Debug, Clone, PartialEq)]
@@ -227,7 +227,7 @@ impl ManagementClient {
             None,
             None,
             DEFINITIONS_TIMEOUT,
-            false,
+            None,
         )?;
         Ok(body)
     }
@@ -242,7 +242,7 @@ impl ManagementClient {
             None,
             Some(json),
             DEFINITIONS_TIMEOUT,
-            false,
+            None,
         )?;
         Ok(())
     }
@@ -256,7 +256,7 @@ impl ManagementClient {
             None,
             Some(b"{}"),
             REQUEST_TIMEOUT,
-            false,
+            None,
         )?;
         Ok(())
     }
@@ -265,7 +265,7 @@ impl ManagementClient {
     /// an error.
     pub fn delete_vhost(&self, name: &str) -> Result<()> {
         let path = format!("/api/vhosts/{}", encode_segment(name));
-        self.request(Method::Delete, &path, None, None, REQUEST_TIMEOUT, true)?;
+        self.request(Method::Delete, &path, None, None, REQUEST_TIMEOUT, Some(404))?;
         Ok(())
     }
 
@@ -297,7 +297,7 @@ impl ManagementClient {
             None,
             Some(&bytes),
             REQUEST_TIMEOUT,
-            false,
+            None,
         )?;
         Ok(())
     }
@@ -310,7 +310,7 @@ impl ManagementClient {
             encode_segment(vhost),
             encode_segment(name)
         );
-        self.request(Method::Delete, &path, None, None, REQUEST_TIMEOUT, true)?;
+        self.request(Method::Delete, &path, None, None, REQUEST_TIMEOUT, Some(404))?;
         Ok(())
     }
 
@@ -323,7 +323,7 @@ impl ManagementClient {
             encode_segment(user)
         );
         let body = br#"{"configure":".*","write":".*","read":".*"}"#;
-        self.request(Method::Put, &path, None, Some(body), REQUEST_TIMEOUT, false)?;
+        self.request(Method::Put, &path, None, Some(body), REQUEST_TIMEOUT, None)?;
         Ok(())
     }
 
@@ -345,7 +345,17 @@ impl ManagementClient {
             #[serde(default)]
             alarms: Vec<Alarm>,
         }
-        let answer: Answer = self.get_json(HEALTH_ALARMS, None)?;
+        let (_, body) = self.request(
+            Method::Get,
+            HEALTH_ALARMS,
+            None,
+            None,
+            REQUEST_TIMEOUT,
+            Some(503),
+        )?;
+        let answer: Answer = serde_json::from_slice(&body).map_err(|e| {
+            Error::Management(format!("invalid JSON in response to GET {HEALTH_ALARMS}: {e}"))
+        })?;
         Ok(answer
             .alarms
             .into_iter()

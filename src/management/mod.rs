@@ -201,7 +201,8 @@ impl ManagementClient {
     /// Sends one request and returns the status and body of a 2xx answer.
     ///
     /// `path` starts with `/api/` and is already percent-encoded; `query` (without `?`) is appended.
-    /// `ok_404` makes a 404 a success (returned as status 404 with an empty body).
+    /// `answer` is a status that is an answer, not an error (a DELETE's 404: already gone; the
+    /// alarms health check's 503: the alarms in effect): returned with its body.
     /// One API call, retried up to [`ATTEMPTS`] times with backoff when it is idempotent (not
     /// POST) and failed transiently: no answer, or a 5xx to a GET (the broker answers 500 to
     /// `GET /api/queues` while a vhost is being deleted), 502/503/504 to PUT and DELETE.
@@ -212,11 +213,11 @@ impl ManagementClient {
         query: Option<&str>,
         body: Option<&[u8]>,
         timeout: Duration,
-        ok_404: bool,
+        answer: Option<u16>,
     ) -> Result<(u16, Vec<u8>)> {
         let mut attempt = 1;
         loop {
-            let result = self.request_any_node(method, path, query, body, timeout, ok_404);
+            let result = self.request_any_node(method, path, query, body, timeout, answer);
             let transient = match &result {
                 Err(Error::Management(m)) if method != Method::Post => {
                     m.starts_with("error sending request")
@@ -250,7 +251,7 @@ impl ManagementClient {
         query: Option<&str>,
         body: Option<&[u8]>,
         timeout: Duration,
-        ok_404: bool,
+        answer: Option<u16>,
     ) -> Result<(u16, Vec<u8>)> {
         let n = self.bases.len();
         let first = self.current.load(Ordering::Relaxed) % n;
@@ -258,7 +259,7 @@ impl ManagementClient {
         for k in 0..n {
             let i = (first + k) % n;
             let base = &self.bases[i];
-            match self.request_once(base, method, path, query, body, timeout, ok_404) {
+            match self.request_once(base, method, path, query, body, timeout, answer) {
                 Err(Error::Management(m)) if n > 1 && m.starts_with("error sending request") => {
                     if k + 1 < n {
                         log::warn!(
@@ -301,7 +302,7 @@ impl ManagementClient {
         query: Option<&str>,
         body: Option<&[u8]>,
         timeout: Duration,
-        ok_404: bool,
+        answer: Option<u16>,
     ) -> Result<(u16, Vec<u8>)> {
         let url = match query {
             Some(q) => format!("{}{}?{}", base.url, path, q),
@@ -373,11 +374,7 @@ impl ManagementClient {
             })?;
             return Ok((status, data));
         }
-        if status == 404 && ok_404 {
-            return Ok((status, Vec::new()));
-        }
-        if status == 503 && path == api::HEALTH_ALARMS {
-            // The health check's answer when alarms are in effect: the list is the answer.
+        if answer == Some(status) {
             return Ok((status, read.unwrap_or_default()));
         }
         let mut message = format!("HTTP {status} for {} {path}", method.as_str());
@@ -399,7 +396,7 @@ impl ManagementClient {
         path: &str,
         query: Option<&str>,
     ) -> Result<T> {
-        let (_, body) = self.request(Method::Get, path, query, None, REQUEST_TIMEOUT, false)?;
+        let (_, body) = self.request(Method::Get, path, query, None, REQUEST_TIMEOUT, None)?;
         serde_json::from_slice(&body)
             .map_err(|e| Error::Management(format!("invalid JSON in response to GET {path}: {e}")))
     }
