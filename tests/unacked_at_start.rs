@@ -153,10 +153,12 @@ fn a_backup_killed_while_it_holds_messages_and_rerun_at_once_backs_them_all_up()
 
 #[test]
 fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
-    // The first run is stopped (SIGSTOP) while it holds every message of a quorum queue: its
-    // connection stays open until the broker misses its heartbeats (6 s interval), long
-    // after the rerun took its lock over (RMQ_BACKUP_LOCK_TIMING: 4 s) and found the messages
-    // held by a backup run.
+    // The first run is stopped (SIGSTOP) while it holds every message of a quorum queue. Its
+    // connection has heartbeats disabled, so the broker would keep it (and the messages) open
+    // for ever: the rerun, once it took the lock over (RMQ_BACKUP_LOCK_TIMING: 1.5 s), must
+    // close it and wait for the messages. All of it within the 5 s before the management API
+    // has statistics for the new queue (CI saw a rerun find 0 ready, no consumer and no
+    // statistics, and back up 0 of 5,000 with exit 0).
     let vh = TestVhost::new("unacked-stalled");
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();
@@ -167,10 +169,10 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
     let store = dir.path().join("store");
     let yaml = backup_yaml("stalled", &vh.name, &store, "").replace(
         &amqp_url(&vh.name),
-        &format!("{}?heartbeat=6", amqp_url(&vh.name)),
+        &format!("{}?heartbeat=0", amqp_url(&vh.name)),
     );
     let cfg = write_config(dir.path(), "b.yaml", &yaml);
-    let env = [("RMQ_BACKUP_LOCK_TIMING", "500,2000,4000")];
+    let env = [("RMQ_BACKUP_LOCK_TIMING", "200,700,1500")];
     let (mut first, _lines) = spawn_cli(&["backup", "--config", &cfg], &env);
     let deadline = Instant::now() + Duration::from_secs(120);
     while ready_now(&conn, "beta") != 0 {
@@ -188,7 +190,7 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(
-        stderr.contains("held by a backup run that is gone or giving them back"),
+        stderr.contains("of an earlier run of this backup is still open: closing it"),
         "{stderr}"
     );
     let m = manifest(&store, "stalled");
@@ -202,6 +204,78 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
     assert_eq!(beta.messages_left_out, None);
     assert_eq!(
         seqs(&backed_up(&store, "stalled", "beta")),
+        (0..STALLED as i64).collect::<Vec<_>>()
+    );
+    assert_eq!(depth(&conn, "beta") as usize, STALLED);
+}
+
+#[test]
+fn an_earlier_run_s_messages_on_a_queue_without_statistics_yet_are_waited_for() {
+    // What CI caught: an earlier run held every message of a quorum queue declared a moment
+    // ago, on a channel whose consumer it had cancelled. The rerun saw 0 ready, no consumer,
+    // and no statistics from the management API (it has none for a queue's first ~5 s), and
+    // backed up 0 messages with exit 0. Here the earlier run is an interrupted manifest and a
+    // connection named as that run's, holding the messages with its consumer cancelled.
+    let vh = TestVhost::new("unacked-nostats");
+    let dir = TempDir::new("unacked-nostats");
+    let store = dir.path().join("store");
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("nostats", &vh.name, &store, ""),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let key = store.join("nostats/manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&key).unwrap()).unwrap();
+    m["completed_at"] = serde_json::Value::Null;
+    std::fs::write(&key, serde_json::to_vec(&m).unwrap()).unwrap();
+
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "beta", "quorum", FieldTable::new());
+    publish_bulk(&ch, "beta", STALLED, BODY);
+    let mut options = rmq_backup::amqp::ConnectOptions::new(
+        rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
+    );
+    options.connection_name = format!("rmq-backup nostats {} (thread 0, run 0)", vh.name);
+    let earlier = Connection::open(&options).expect("the earlier run's connection");
+    let held = earlier.open_channel().unwrap();
+    held.basic_qos(STALLED as u16, false).unwrap();
+    let c = held
+        .basic_consume("beta", "earlier", false, false, &FieldTable::new())
+        .unwrap();
+    for i in 0..STALLED {
+        c.recv_timeout(Duration::from_secs(30))
+            .unwrap()
+            .unwrap_or_else(|| panic!("delivery {i} of {STALLED}"));
+    }
+    held.basic_cancel(c.tag()).unwrap();
+    assert_eq!(ready_now(&conn, "beta"), 0);
+
+    let out = run_cli(&["backup", "--config", &cfg]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("no message statistics yet for the queue"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("of an earlier run of this backup is still open: closing it"),
+        "{stderr}"
+    );
+    assert!(
+        !earlier.is_open(),
+        "the earlier run's connection was closed"
+    );
+    let m = manifest(&store, "nostats");
+    assert_eq!(m.queues[0].message_count, STALLED as u64, "{stderr}");
+    assert_eq!(
+        m.queues[0].messages_unacknowledged_at_start,
+        Some(STALLED as u64)
+    );
+    assert_eq!(
+        seqs(&backed_up(&store, "nostats", "beta")),
         (0..STALLED as i64).collect::<Vec<_>>()
     );
     assert_eq!(depth(&conn, "beta") as usize, STALLED);

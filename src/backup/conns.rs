@@ -7,7 +7,8 @@
 //! connection carries nothing from one queue to the next. After any failure the connection is
 //! closed (which gives back whatever it still held) and the next queue opens a new one.
 //!
-//! Its name, shown in the management UI: `rmq-backup <backup_id> <vhost> (thread <n>)`; every
+//! Its name, shown in the management UI: `rmq-backup <backup_id> <vhost> (thread <n>, run <tag>)`
+//! (`rmq-backup <backup_id> (part <i> of <n>) ...` for a part of a sharded backup); every
 //! name rmq-backup gives starts with `rmq-backup ` (`super::unacked`).
 
 use super::QueueContext;
@@ -63,10 +64,8 @@ impl ThreadConnection {
                 self.discard();
                 let mut options = ctx.connect_options(
                     vhost,
-                    format!(
-                        "rmq-backup {} {vhost} (thread {})",
-                        ctx.backup_id, self.thread
-                    ),
+                    ctx.earlier_run
+                        .connection_name(vhost, &format!("thread {}, ", self.thread)),
                 );
                 // A deeper delivery buffer absorbs the segment builder's pauses (a compressed
                 // chunk, a rotation) without stalling the broker; batches are bounded by bytes

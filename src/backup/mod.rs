@@ -19,6 +19,7 @@
 mod alarm;
 mod conns;
 pub mod dry_run;
+mod earlier_run;
 mod queue;
 mod resume;
 mod retry;
@@ -47,7 +48,10 @@ use crate::spool::{spawn_named, SpoolDir};
 use crate::storage::Storage;
 use crossbeam_channel::bounded;
 use queue::{backup_queue, Outcome, Storing};
-use run_state::{refuse_to_overwrite, trust_checkpoints, Found, ManifestWriter, Target};
+use run_state::{
+    merge_parts, part_complete, refuse_to_overwrite, trust_checkpoints, Found, ManifestWriter,
+    Target,
+};
 use segments::{uploader, Upload};
 use select::select_queues;
 use std::path::Path;
@@ -239,6 +243,8 @@ fn run_job(
         }
     };
 
+    let earlier_run =
+        earlier_run::EarlierRun::find(&mgmt, target.connection_prefix(), interrupted.is_some());
     let (mut queues, mut skipped) = select_queues(&mgmt, source)?;
     if let Some(shard) = &target.shard {
         let all = queues.len();
@@ -287,6 +293,7 @@ fn run_job(
         opts,
         backup_id,
         checkpoint_id: target.checkpoint_id(),
+        earlier_run,
         compression,
         encrypt: recipients.as_ref(),
         spool: spool.path(),
@@ -378,47 +385,6 @@ fn run_job(
     })
 }
 
-/// A part of a sharded backup found complete: nothing to back up; the parts are merged when
-/// they are all complete (`crate::shard`).
-fn part_complete(
-    storage: &dyn Storage,
-    target: &Target,
-    started: Instant,
-) -> Result<BackupSummary> {
-    log::info!("{} is complete already: nothing to do", target.label());
-    merge_parts(storage, target);
-    Ok(BackupSummary {
-        backup_id: target.backup_id.clone(),
-        queues: 0,
-        messages: 0,
-        bytes: 0,
-        segments: 0,
-        skipped: Vec::new(),
-        left_out: Vec::new(),
-        deleted: Vec::new(),
-        elapsed: started.elapsed(),
-    })
-}
-
-/// Merges the parts of a sharded backup when every one is complete, and says how far it is.
-/// A failure is only a warning: the next reader merges them.
-fn merge_parts(storage: &dyn Storage, target: &Target) {
-    match crate::shard::assemble(storage, &target.backup_id) {
-        Ok(Some(m)) if m.completed_at.is_some() => {}
-        Ok(Some(m)) => log::info!(
-            "backup {}: {} is complete; the backup is complete once every one of its {} parts is",
-            target.backup_id,
-            target.label(),
-            m.parts.unwrap_or(0)
-        ),
-        Ok(None) => {}
-        Err(e) => log::warn!(
-            "backup {}: its parts cannot be merged yet: {e}",
-            target.backup_id
-        ),
-    }
-}
-
 /// What every queue thread shares.
 pub(super) struct QueueContext<'a> {
     source: &'a SourceConfig,
@@ -433,6 +399,9 @@ pub(super) struct QueueContext<'a> {
     /// The id this run's state is kept under in the checkpoint database
     /// (`run_state::Target::checkpoint_id`).
     checkpoint_id: String,
+    /// An earlier run of this backup that may still hold messages; this run's connection
+    /// names.
+    earlier_run: earlier_run::EarlierRun,
     compression: Compression,
     /// `backup.encryption`: the recipients every segment is encrypted to.
     encrypt: Option<&'a Recipients>,

@@ -397,6 +397,7 @@ mod tests {
             type_name: "stream".into(),
             messages: 0,
             unacknowledged: 0,
+            statistics: true,
             durable: true,
             auto_delete: false,
             exclusive: false,

@@ -4,12 +4,14 @@
 //! conditional on the version this run wrote last (`crate::storage::conditional`), so that a
 //! run that lost the backup to another can never write over that run's manifest.
 
+use super::BackupSummary;
 use crate::checkpoint::Checkpoints;
 use crate::error::{Error, Result};
 use crate::lock::{LockName, RunLock};
 use crate::manifest::{self, Manifest};
 use crate::shard::Shard;
 use crate::storage::{Conditional, ObjectVersion, Storage};
+use std::time::Instant;
 
 /// What this run writes: a whole backup, or one part of a sharded one (`crate::shard`).
 pub(super) struct Target {
@@ -45,6 +47,16 @@ impl Target {
         match &self.shard {
             Some(s) => format!("{}#part-{}-of-{}", self.backup_id, s.index, s.count),
             None => self.backup_id.clone(),
+        }
+    }
+
+    /// How the names of its connections start (`rmq-backup <id> ` or
+    /// `rmq-backup <id> (part <i> of <n>) `): an earlier run of this backup (or part) is told
+    /// by it from every other connection (`super::earlier_run`).
+    pub(super) fn connection_prefix(&self) -> String {
+        match &self.shard {
+            Some(s) => format!("rmq-backup {} ({}) ", self.backup_id, s.label()),
+            None => format!("rmq-backup {} ", self.backup_id),
         }
     }
 
@@ -194,4 +206,45 @@ pub(super) fn trust_checkpoints(
         );
     }
     cp.begin_backup(id, manifest.created_at)
+}
+
+/// A part of a sharded backup found complete: nothing to back up; the parts are merged when
+/// they are all complete (`crate::shard`).
+pub(super) fn part_complete(
+    storage: &dyn Storage,
+    target: &Target,
+    started: Instant,
+) -> Result<BackupSummary> {
+    log::info!("{} is complete already: nothing to do", target.label());
+    merge_parts(storage, target);
+    Ok(BackupSummary {
+        backup_id: target.backup_id.clone(),
+        queues: 0,
+        messages: 0,
+        bytes: 0,
+        segments: 0,
+        skipped: Vec::new(),
+        left_out: Vec::new(),
+        deleted: Vec::new(),
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Merges the parts of a sharded backup when every one is complete, and says how far it is.
+/// A failure is only a warning: the next reader merges them.
+pub(super) fn merge_parts(storage: &dyn Storage, target: &Target) {
+    match crate::shard::assemble(storage, &target.backup_id) {
+        Ok(Some(m)) if m.completed_at.is_some() => {}
+        Ok(Some(m)) => log::info!(
+            "backup {}: {} is complete; the backup is complete once every one of its {} parts is",
+            target.backup_id,
+            target.label(),
+            m.parts.unwrap_or(0)
+        ),
+        Ok(None) => {}
+        Err(e) => log::warn!(
+            "backup {}: its parts cannot be merged yet: {e}",
+            target.backup_id
+        ),
+    }
 }

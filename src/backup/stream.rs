@@ -56,7 +56,8 @@ impl CountedConnection {
     ) -> Result<CountedConnection> {
         let mut o = ctx.stream_options(
             &q.vhost,
-            format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name),
+            ctx.earlier_run
+                .connection_name(&format!("{}/{}", q.vhost, q.name), ""),
         );
         if let Some(t) = connect_timeout {
             o.connect_timeout = o.connect_timeout.min(t);

@@ -140,7 +140,8 @@ pub(super) fn backup_stream_amqp(
     let after = resume::start_queue(ctx, q)?;
     let options = ctx.connect_options(
         &q.vhost,
-        format!("rmq-backup {} {}/{}", ctx.backup_id, q.vhost, q.name),
+        ctx.earlier_run
+            .connection_name(&format!("{}/{}", q.vhost, q.name), ""),
     );
     let conn = ctx.nodes.connect(&options, q.node.as_deref())?;
     let end = end_of_stream(ctx, &conn, q).map_err(with_conversion_hint)?;

@@ -15,7 +15,11 @@
 //! (`super::conns`), which is how the management API's consumer list tells one from the other.
 //! The API's counts lag the broker by up to its statistics interval, so a count is taken as the
 //! larger of what the API says is unacknowledged and what it counts in all beyond the broker's
-//! live ready count.
+//! live ready count. A queue declared less than a statistics interval ago has no counts at
+//! all: when an earlier run of this backup may still hold messages (`super::earlier_run`),
+//! its read waits until they are there, and closes that run's connections while it waits. (A quorum queue of 5,000
+//! messages, declared, read by a run and that run stopped, all within 5 s: its rerun saw
+//! 0 ready, no consumer, and no statistics, and backed up 0 of 5,000.)
 
 use super::QueueContext;
 use crate::amqp::Channel;
@@ -109,7 +113,11 @@ pub(super) fn settle(ctx: &QueueContext, control: &Channel, q: &QueueInfo) -> Re
         let ready_before = *first_ready.get_or_insert(ready);
         // The common case costs no request: no consumer now, and the listing's statistics
         // count nothing unacknowledged or beyond what is ready.
-        if waiting.is_none() && live_consumers == 0 && q.unacknowledged == 0 && q.messages <= ready
+        if waiting.is_none()
+            && live_consumers == 0
+            && q.unacknowledged == 0
+            && q.messages <= ready
+            && (q.statistics || !ctx.earlier_run.seen())
         {
             return Ok(AtStart {
                 ready,
@@ -121,7 +129,10 @@ pub(super) fn settle(ctx: &QueueContext, control: &Channel, q: &QueueInfo) -> Re
         let first = *at_start.get_or_insert(unacked);
         let h = holders(&api.consumers);
         let unlisted = live_consumers > api.consumers.len() as u32;
-        let wait_for = if unlisted && started.elapsed() < UNLISTED_GRACE {
+        let no_statistics = !api.statistics && ctx.earlier_run.seen();
+        let wait_for = if no_statistics && started.elapsed() < STATISTICS_LAG {
+            Some("no message statistics yet for the queue (declared a moment ago) while an earlier run of this backup may hold its messages".to_string())
+        } else if unlisted && started.elapsed() < UNLISTED_GRACE {
             Some(format!(
                 "{live_consumers} consumer(s) on the queue, not all listed by the management API yet"
             ))
@@ -144,6 +155,10 @@ pub(super) fn settle(ctx: &QueueContext, control: &Channel, q: &QueueInfo) -> Re
             Some(format!(
                 "{unacked} message(s) unacknowledged at start, held by a backup run that is gone or giving them back ({})",
                 describe(&h.backups)
+            ))
+        } else if live_consumers == 0 && ctx.earlier_run.seen() {
+            Some(format!(
+                "{unacked} message(s) unacknowledged at start, held by a backup run that is gone or giving them back (an earlier run of this backup)"
             ))
         } else if live_consumers == 0 {
             Some(format!(
@@ -208,6 +223,9 @@ pub(super) fn settle(ctx: &QueueContext, control: &Channel, q: &QueueInfo) -> Re
                 left_out: Some((unacked, why)),
                 ready,
             });
+        }
+        if ctx.earlier_run.seen() {
+            ctx.earlier_run.close_listed(ctx.mgmt);
         }
         if let Some(why) = ctx
             .lock

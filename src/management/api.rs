@@ -30,6 +30,9 @@ pub struct QueueInfo {
     pub messages: u64,
     /// `messages_unacknowledged` (0 when the statistics do not have it yet).
     pub unacknowledged: u64,
+    /// False while the API has no message statistics for the queue (declared less than a
+    /// statistics interval ago): `messages` and `unacknowledged` are then 0 whatever it holds.
+    pub statistics: bool,
     /// Durable flag.
     pub durable: bool,
     /// Auto-delete flag.
@@ -100,6 +103,9 @@ fn value_to_map(v: Option<Value>) -> Map<String, Value> {
 
 impl From<RawQueue> for QueueInfo {
     fn from(r: RawQueue) -> Self {
+        let statistics = r.messages.is_some()
+            || r.messages_ready.is_some()
+            || r.messages_unacknowledged.is_some();
         let messages = match (r.messages, r.messages_ready, r.messages_unacknowledged) {
             (Some(m), _, _) => m,
             (None, None, None) => 0,
@@ -117,6 +123,7 @@ impl From<RawQueue> for QueueInfo {
             type_name,
             messages,
             unacknowledged: r.messages_unacknowledged.unwrap_or(0),
+            statistics,
             durable: r.durable.unwrap_or(false),
             auto_delete: r.auto_delete.unwrap_or(false),
             exclusive: r.exclusive.unwrap_or(false),
@@ -250,14 +257,7 @@ impl ManagementClient {
     /// Creates a vhost (`PUT /api/vhosts/{name}`); existing vhosts are left as they are.
     pub fn create_vhost(&self, name: &str) -> Result<()> {
         let path = format!("/api/vhosts/{}", encode_segment(name));
-        self.request(
-            Method::Put,
-            &path,
-            None,
-            Some(b"{}"),
-            REQUEST_TIMEOUT,
-            None,
-        )?;
+        self.request(Method::Put, &path, None, Some(b"{}"), REQUEST_TIMEOUT, None)?;
         Ok(())
     }
 
@@ -265,7 +265,14 @@ impl ManagementClient {
     /// an error.
     pub fn delete_vhost(&self, name: &str) -> Result<()> {
         let path = format!("/api/vhosts/{}", encode_segment(name));
-        self.request(Method::Delete, &path, None, None, REQUEST_TIMEOUT, Some(404))?;
+        self.request(
+            Method::Delete,
+            &path,
+            None,
+            None,
+            REQUEST_TIMEOUT,
+            Some(404),
+        )?;
         Ok(())
     }
 
@@ -310,7 +317,14 @@ impl ManagementClient {
             encode_segment(vhost),
             encode_segment(name)
         );
-        self.request(Method::Delete, &path, None, None, REQUEST_TIMEOUT, Some(404))?;
+        self.request(
+            Method::Delete,
+            &path,
+            None,
+            None,
+            REQUEST_TIMEOUT,
+            Some(404),
+        )?;
         Ok(())
     }
 
@@ -354,7 +368,9 @@ impl ManagementClient {
             Some(503),
         )?;
         let answer: Answer = serde_json::from_slice(&body).map_err(|e| {
-            Error::Management(format!("invalid JSON in response to GET {HEALTH_ALARMS}: {e}"))
+            Error::Management(format!(
+                "invalid JSON in response to GET {HEALTH_ALARMS}: {e}"
+            ))
         })?;
         Ok(answer
             .alarms

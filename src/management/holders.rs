@@ -1,6 +1,7 @@
 //! Who holds a queue's unacknowledged messages: its message counts and its consumers with the
 //! names their connections gave themselves (`GET /api/queues/{vhost}/{name}`,
-//! `GET /api/vhosts/{vhost}/connections`).
+//! `GET /api/vhosts/{vhost}/connections`); the connections an earlier run of a backup left
+//! open, and their close (`GET /api/connections`, `DELETE /api/connections/{name}`).
 //!
 //! Counts come from the management plugin's statistics, which lag the broker by up to its
 //! `collect_statistics_interval` (5 s by default); consumers and connections are listed from
@@ -20,6 +21,9 @@ pub struct QueueHolders {
     pub ready: u64,
     /// `messages_unacknowledged`: delivered to a consumer or a `basic.get` and not settled.
     pub unacknowledged: u64,
+    /// False while the API has no message statistics for the queue (a queue declared less
+    /// than a statistics interval ago): the counts above are then 0 whatever the queue holds.
+    pub statistics: bool,
     /// The queue's consumers.
     pub consumers: Vec<ConsumerInfo>,
 }
@@ -93,6 +97,9 @@ impl ManagementClient {
             messages: raw.messages.unwrap_or(0),
             ready: raw.messages_ready.unwrap_or(0),
             unacknowledged: raw.messages_unacknowledged.unwrap_or(0),
+            statistics: raw.messages.is_some()
+                || raw.messages_ready.is_some()
+                || raw.messages_unacknowledged.is_some(),
             consumers: Vec::new(),
         };
         let details = match raw.consumer_details {
@@ -125,5 +132,44 @@ impl ManagementClient {
             });
         }
         Ok(holders)
+    }
+
+    /// The open connections (AMQP and stream) whose client-given name starts with `prefix`,
+    /// as `(broker's name, given name)` pairs, from `GET /api/connections` (listed from the
+    /// broker's events, within a moment of an open or a close).
+    ///
+    /// Errors: see the module documentation of `crate::management`.
+    pub fn connections_named(&self, prefix: &str) -> Result<Vec<(String, String)>> {
+        let all: Vec<RawConnection> = self.get_json(
+            "/api/connections",
+            Some("columns=name,user_provided_name,client_properties"),
+        )?;
+        Ok(all
+            .into_iter()
+            .filter_map(|c| {
+                let given = c.given_name()?;
+                given.starts_with(prefix).then_some((c.name, given))
+            })
+            .collect())
+    }
+
+    /// Closes connection `name` (the broker's name of it: its client is sent
+    /// `CONNECTION_FORCED - Closed via management plugin`) with `DELETE /api/connections/{name}`;
+    /// a connection already gone is not an error. The broker gives back every message the
+    /// connection's channels held unacknowledged.
+    ///
+    /// Errors: see the module documentation of `crate::management` (HTTP 401/403 when the
+    /// user may not close it).
+    pub fn close_connection(&self, name: &str) -> Result<()> {
+        let path = format!("/api/connections/{}", encode_segment(name));
+        self.request(
+            super::Method::Delete,
+            &path,
+            None,
+            None,
+            super::REQUEST_TIMEOUT,
+            Some(404),
+        )?;
+        Ok(())
     }
 }
