@@ -298,60 +298,48 @@ fn check_segment_exists(storage: &dyn Storage, s: &manifest::SegmentMetadata) ->
     }
 }
 
-/// Checks `segments` (deep when a spool directory is given) on one thread per core
-/// (`std::thread::available_parallelism`), fetching, decompressing and decoding them side by
-/// side; the results are in the order of `segments`. After a failure to reach the storage the
-/// remaining segments are not fetched (`None`: the run fails with that error).
+/// Checks `segments` (deep when a spool directory is given) on rayon's pool (one thread per
+/// core, shared by the whole process: DESIGN.md "a rayon pool for CPU work"), fetching,
+/// decompressing and decoding them side by side; the results are in the order of `segments`.
+/// After a failure to reach the storage the remaining segments are not fetched (`None`: the
+/// run fails with that error).
 fn check_segments(
     storage: &dyn Storage,
     segments: &[&manifest::SegmentMetadata],
     spool: Option<&std::path::Path>,
     keys: Option<&Identities>,
 ) -> Vec<Option<Result<SegmentCheck>>> {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(segments.len().max(1));
-    let next = AtomicUsize::new(0);
+    use rayon::prelude::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let unreachable = AtomicBool::new(false);
-    let results: Vec<std::sync::Mutex<Option<Result<SegmentCheck>>>> = segments
-        .iter()
-        .map(|_| std::sync::Mutex::new(None))
-        .collect();
-    std::thread::scope(|scope| {
-        for worker in 0..threads {
-            let (next, unreachable, results) = (&next, &unreachable, &results);
-            scope.spawn(move || loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(s) = segments.get(i) else { break };
-                if unreachable.load(Ordering::Relaxed) {
-                    continue;
-                }
-                let r = match spool {
-                    Some(dir) => check_segment_deep(
+    segments
+        .par_iter()
+        .map(|s| {
+            if unreachable.load(Ordering::Relaxed) {
+                return None;
+            }
+            let r = match spool {
+                Some(dir) => {
+                    // One spool file per pool thread: each checks one segment at a time.
+                    let worker = rayon::current_thread_index().unwrap_or(0);
+                    check_segment_deep(
                         storage,
                         s,
                         &dir.join(format!("validate-{worker}.rbak")),
                         keys,
-                    ),
-                    None => check_segment_exists(storage, s).map(|()| SegmentCheck {
-                        records: 0,
-                        tags: None,
-                        gap: None,
-                    }),
-                };
-                if matches!(&r, Err(e) if !is_damage(e)) {
-                    unreachable.store(true, Ordering::Relaxed);
+                    )
                 }
-                if let Ok(mut slot) = results[i].lock() {
-                    *slot = Some(r);
-                }
-            });
-        }
-    });
-    results
-        .into_iter()
-        .map(|slot| slot.into_inner().ok().flatten())
+                None => check_segment_exists(storage, s).map(|()| SegmentCheck {
+                    records: 0,
+                    tags: None,
+                    gap: None,
+                }),
+            };
+            if matches!(&r, Err(e) if !is_damage(e)) {
+                unreachable.store(true, Ordering::Relaxed);
+            }
+            Some(r)
+        })
         .collect()
 }
 

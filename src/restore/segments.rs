@@ -38,21 +38,15 @@ pub(super) fn in_window(backed_up_at: i64, opts: &RestoreOptions) -> bool {
 /// Raw record JSON per chunk handed to a decode worker, bytes.
 const CHUNK_JSON_BYTES: usize = 1 << 20;
 
-/// Decode workers for each of `queues` queues restored at once: the cores
-/// (`available_parallelism`) shared among them, at least 1 and at most 4 each. Measured on 2
-/// cores: 8 queues restored at once with 2 workers each peaked at 103-146 MB (threads, their
-/// malloc arenas and chunks in flight) against 51-80 MB with one decoder each.
+/// Chunks decoded at once for each of `queues` queues restored at once: the cores
+/// (`available_parallelism`) shared among them, at least 1 and at most 4 each (1: the queue's
+/// fetching thread decodes). Measured on 2 cores: 8 queues restored at once with 2 decoders
+/// each peaked at 103-146 MB (threads, their malloc arenas and chunks in flight) against
+/// 51-80 MB with one decoder each.
 pub(super) fn decode_workers(queues: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cores / queues.max(1)).clamp(1, 4)
 }
-
-/// A chunk of one segment's raw records on its way to a decode worker, and where the worker
-/// sends the decoded records.
-type DecodeJob = (
-    Vec<Vec<u8>>,
-    crossbeam_channel::Sender<Result<Vec<BackupRecord>>>,
-);
 
 /// A decoded chunk to be forwarded in order, and how many more in-window records to skip
 /// from here on (an earlier run published them).
@@ -65,10 +59,11 @@ type Pending = (crossbeam_channel::Receiver<Result<Vec<BackupRecord>>>, u64);
 /// no time window is set.
 ///
 /// This thread fetches, verifies and decompresses. With one worker ([`decode_workers`]: more
-/// queues restored at once than cores) it decodes the records itself; with more, chunks of raw
-/// records are decoded on `workers` threads at once and a forwarding thread puts them back in
-/// order (bounded channels: a few 1 MiB chunks in flight). Either way [`Forward`] applies the
-/// window and the skip and sends batches to the publisher.
+/// queues restored at once than cores) it decodes the records itself; with more, up to
+/// `workers` chunks of raw records at once are decoded on rayon's pool (one thread per core,
+/// shared by every queue: DESIGN.md "a rayon pool for CPU work") and a forwarding thread puts
+/// them back in order (bounded channels: a few 1 MiB chunks in flight). Either way [`Forward`]
+/// applies the window and the skip and sends batches to the publisher.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_segments(
     opts: &RestoreOptions,
@@ -81,7 +76,9 @@ pub(crate) fn decode_segments(
     workers: usize,
     keys: Option<&Identities>,
 ) -> Result<()> {
-    let decode = |raw: &[Vec<u8>]| raw.iter().map(|json| decode_record(json)).collect();
+    fn decode(raw: &[Vec<u8>]) -> Result<Vec<BackupRecord>> {
+        raw.iter().map(|json| decode_record(json)).collect()
+    }
     if workers <= 1 {
         let mut forward = Forward::new(tx, outside_window, opts);
         let mut inline = |raw: Vec<Vec<u8>>, more_skip: u64| -> Result<bool> {
@@ -92,18 +89,8 @@ pub(crate) fn decode_segments(
         forward.finish();
         return Ok(());
     }
-    let (job_tx, job_rx) = crossbeam_channel::bounded::<DecodeJob>(workers);
     let (order_tx, order_rx) = crossbeam_channel::bounded::<Pending>(workers);
     std::thread::scope(|s| {
-        for _ in 0..workers {
-            let job_rx = job_rx.clone();
-            crate::spool::spawn_named(s, "record-decoder", move || {
-                for (raw, done) in job_rx {
-                    let _ = done.send(decode(&raw));
-                }
-            });
-        }
-        drop(job_rx);
         let forwarder = crate::spool::spawn_named(s, "record-forwarder", move || {
             let mut forward = Forward::new(tx, outside_window, opts);
             for (done, more_skip) in order_rx {
@@ -119,7 +106,14 @@ pub(crate) fn decode_segments(
         });
         let mut threaded = |raw: Vec<Vec<u8>>, more_skip: u64| -> Result<bool> {
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-            Ok(order_tx.send((done_rx, more_skip)).is_ok() && job_tx.send((raw, done_tx)).is_ok())
+            // Waits while `workers` chunks are on their way (the forwarder takes them in order).
+            if order_tx.send((done_rx, more_skip)).is_err() {
+                return Ok(false);
+            }
+            rayon::spawn(move || {
+                let _ = done_tx.send(decode(&raw));
+            });
+            Ok(true)
         };
         let read = read_segments(
             opts,
@@ -131,7 +125,6 @@ pub(crate) fn decode_segments(
             keys,
             &mut threaded,
         );
-        drop(job_tx);
         drop(order_tx);
         let forwarded = forwarder
             .join()

@@ -186,6 +186,41 @@ pub(super) fn default_zstd_workers(cores: usize, mean_body_bytes: usize) -> u32 
     }
 }
 
+/// zstd worker threads of every segment being written in this process, against a budget of
+/// one per core, at most 8 (`RMQ_BACKUP_ZSTD_WORKERS` times 8 when set): segments of queues
+/// backed up at once share the cores instead of each starting a worker per core (4 queues of
+/// large bodies started 32 compression threads on 2 cores).
+mod worker_budget {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    static IN_USE: AtomicU32 = AtomicU32::new(0);
+
+    fn budget() -> u32 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let forced = super::zstd_workers(0);
+        cores.min(8).max(forced.saturating_mul(8).min(64))
+    }
+
+    /// Takes up to `want` workers from the budget; returns how many it took (maybe 0: the
+    /// segment is then compressed on its builder's thread).
+    pub(super) fn claim(want: u32) -> u32 {
+        let budget = budget();
+        let mut taken = 0;
+        let _ = IN_USE.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            taken = want.min(budget.saturating_sub(used));
+            Some(used + taken)
+        });
+        taken
+    }
+
+    /// Gives back `n` workers taken by [`claim`].
+    pub(super) fn release(n: u32) {
+        if n > 0 {
+            IN_USE.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+}
+
 /// Streams records into a segment spool file.
 ///
 /// `create` writes a 32-byte placeholder header and starts the compressor; `append` adds one
@@ -204,10 +239,13 @@ pub struct SegmentWriter {
     uncompressed_bytes: u64,
     /// Set by a successful `finish`: the spool file is the caller's from then on.
     finished: bool,
+    /// zstd workers taken from the process's budget (`worker_budget`), given back on drop.
+    workers: u32,
 }
 
 impl Drop for SegmentWriter {
     fn drop(&mut self) {
+        worker_budget::release(self.workers);
         if !self.finished {
             self.sink = None; // closes the file
             let _ = std::fs::remove_file(&self.path);
@@ -229,8 +267,9 @@ impl SegmentWriter {
         SegmentWriter::create_with_workers(spool_path, compression, level, zstd_workers(0))
     }
 
-    /// [`SegmentWriter::create`] with `workers` zstd worker threads (0: compress on the
-    /// caller's thread); see [`zstd_workers`].
+    /// [`SegmentWriter::create`] with up to `workers` zstd worker threads (0: compress on the
+    /// caller's thread; fewer when the segments being written take the process's budget of one
+    /// per core); see [`zstd_workers`].
     pub fn create_with_workers(
         spool_path: &Path,
         compression: Compression,
@@ -280,6 +319,7 @@ impl SegmentWriter {
             crc: crc32fast::Hasher::new(),
             bytes: 0,
         };
+        let mut claimed = 0;
         let sink = match compression {
             Compression::None => Sink::Plain(crc),
             Compression::Zstd => {
@@ -287,12 +327,19 @@ impl SegmentWriter {
                     Error::Compression(format!("Failed to start zstd level {level}: {e}"))
                 };
                 let mut encoder = zstd::stream::write::Encoder::new(crc, level).map_err(fail)?;
-                if workers > 0 {
-                    encoder.multithread(workers).map_err(fail)?;
-                    encoder
-                        .set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB_SIZE))
-                        .map_err(fail)?;
+                let taken = worker_budget::claim(workers);
+                let started = if taken > 0 {
+                    encoder.multithread(taken).and_then(|()| {
+                        encoder.set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB_SIZE))
+                    })
+                } else {
+                    Ok(())
+                };
+                if let Err(e) = started {
+                    worker_budget::release(taken);
+                    return Err(fail(e));
                 }
+                claimed = taken;
                 Sink::Zstd(encoder)
             }
             Compression::Lz4 => Sink::Lz4(
@@ -310,6 +357,7 @@ impl SegmentWriter {
             last_timestamp: None,
             uncompressed_bytes: 0,
             finished: false,
+            workers: claimed,
         })
     }
 
@@ -453,5 +501,33 @@ impl SegmentWriter {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io_err("Failed to remove", &self.path, e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn segments_written_at_once_share_one_budget_of_zstd_workers() {
+        let dir = std::env::temp_dir().join(format!("rmqb-budget-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let writers: Vec<SegmentWriter> = (0..6)
+            .map(|i| {
+                SegmentWriter::create_with_workers(
+                    &dir.join(format!("s{i}")),
+                    Compression::Zstd,
+                    3,
+                    8,
+                )
+                .unwrap()
+            })
+            .collect();
+        let taken: u32 = writers.iter().map(|w| w.workers).sum();
+        // Other tests may hold some of the budget: never more than it, whatever they do.
+        assert!(taken <= cores.min(8), "{taken} workers on {cores} cores");
+        drop(writers);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
