@@ -75,7 +75,7 @@ fn main() {
         std::thread::sleep(Duration::from_secs(6));
         conns.push(connections_created(&mgmt).saturating_sub(before) as f64);
         println!(
-            "round {round}: raw {:.2} s, rmq-backup {:.2} s ({:.2} CPU-s, {:.0} MB), ratio {:.2}",
+            "round {round}: raw {:.2} s, rmq-backup {:.2} s ({:.2} CPU-s, {:.0} MB), rmq-backup time / raw time {:.2}",
             raw_s[round],
             tool_s[round],
             cpu_s[round],
@@ -86,7 +86,7 @@ fn main() {
     let ratios: Vec<f64> = tool_s.iter().zip(&raw_s).map(|(t, r)| t / r).collect();
     let (raw_m, tool_m) = (median(raw_s), median(tool_s.clone()));
     println!(
-        "{queues} queues x {per_queue} x {size} B: raw single connection {raw_m:.2} s ({:.0} queues/s), rmq-backup {tool_m:.2} s ({:.0} queues/s, {:.2} CPU-s, peak RSS {:.0} MB, ~{:.0} connections opened); median ratio {:.2}",
+        "{queues} queues x {per_queue} x {size} B: raw single connection {raw_m:.2} s ({:.0} queues/s), rmq-backup {tool_m:.2} s ({:.0} queues/s, {:.2} CPU-s, peak RSS {:.0} MB, ~{:.0} connections opened); rmq-backup time / raw time (median of rounds) {:.2}",
         queues as f64 / raw_m,
         queues as f64 / tool_m,
         median(cpu_s),
