@@ -68,7 +68,14 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
     let mgmt = ManagementClient::new(MGMT, "guest", "guest", None).expect("management");
-    let (src, dst, raw) = ("rmqb-bench-src", "rmqb-bench-dst", "rmqb-bench-raw");
+    // Vhosts of this process alone (another bench on the same broker deletes and creates its own).
+    let pid = std::process::id();
+    let names = [
+        format!("rmqb-bench-src-{pid}"),
+        format!("rmqb-bench-dst-{pid}"),
+        format!("rmqb-bench-raw-{pid}"),
+    ];
+    let (src, dst, raw) = (names[0].as_str(), names[1].as_str(), names[2].as_str());
     for v in [src, dst, raw] {
         fresh_vhost(&mgmt, v);
     }
