@@ -6,8 +6,9 @@
 //!
 //! - raw: one AMQP connection and one channel, opened before the clock starts; for each queue
 //!   `basic.get` until the `message_count` of the get-ok says the queue is empty, then one
-//!   `basic.nack(multiple, requeue)` giving everything back; the clock stops when the last
-//!   queue is whole again (polled with passive declares).
+//!   `basic.nack(multiple, requeue)` giving everything back; the clock stops when every queue
+//!   is whole again (one passive declare each after the nacks, polled until whole; before, only
+//!   the last queue was checked, less than rmq-backup does, which waits for each queue).
 //! - rmq-backup: `backup` of the vhost to a fresh directory (release binary), its wall time,
 //!   CPU seconds and peak RSS, and the AMQP connections it opened (the broker's
 //!   `churn_rates.connection_created`).
@@ -162,22 +163,19 @@ fn raw_read(conn: &Connection, names: &[String], per_queue: usize) -> Duration {
             ch.basic_nack(tag, true, true).expect("nack");
         }
     }
-    // Polled like rmq-backup's reader polls until its messages are back: from 1 ms, doubling up
-    // to 50 ms.
-    let last = names.last().expect("queues");
-    let mut pause = Duration::from_millis(1);
-    while (ch
-        .queue_declare_passive(last)
-        .expect("declare")
-        .message_count as usize)
-        < per_queue
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "queue {last} never whole again"
-        );
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
+    // Every queue whole again (as rmq-backup waits for each queue), each polled like
+    // rmq-backup's reader polls until its messages are back: from 1 ms, doubling up to 50 ms.
+    // The nacks went first, so most answer whole at the first look.
+    for q in names.iter().filter(|_| per_queue > 0) {
+        let mut pause = Duration::from_millis(1);
+        while (ch.queue_declare_passive(q).expect("declare").message_count as usize) < per_queue {
+            assert!(
+                started.elapsed() < Duration::from_secs(600),
+                "queue {q} never whole again"
+            );
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
     let took = started.elapsed();
     ch.close().expect("close");
