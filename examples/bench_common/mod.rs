@@ -457,18 +457,6 @@ pub struct ToolRun {
     pub cpu_secs: f64,
 }
 
-/// Runs rmq-backup, returning its wall time and peak RSS in KiB (VmHWM polled every 20 ms).
-pub fn run_tool(bin: &str, args: &[&str]) -> (Duration, u64) {
-    let r = run_tool_measured(bin, args, &[]);
-    (r.wall, r.peak_kib)
-}
-
-/// [`run_tool`] with extra environment variables.
-pub fn run_tool_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (Duration, u64) {
-    let r = run_tool_measured(bin, args, env);
-    (r.wall, r.peak_kib)
-}
-
 /// User + system CPU seconds of process `pid` so far (fields 14 and 15 of `/proc/<pid>/stat`).
 pub fn cpu_secs(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
