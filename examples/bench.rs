@@ -1,21 +1,27 @@
 //! Throughput benchmark: rmq-backup against a raw client (the project's own AMQP client) on the
 //! same broker, in the same run. Run it with `scripts/bench.sh` (release build).
 //!
+//! 0. generate the messages (bodies, properties, 20 headers) before any clock starts
+//!    (`Messages`: all of them, or a pool of at most 256 MiB cycled through); the seed, the raw
+//!    publish and the compression ceiling's records all come from it;
 //! 1. seed a classic queue (or `BENCH_QUEUE_TYPE`) with N messages of S bytes and 20 headers
 //!    (or `BENCH_QUEUES` queues of N / BENCH_QUEUES messages each; `max_concurrent_queues` is
 //!    then `BENCH_CONCURRENCY`, default 4, and the raw client reads and publishes every queue
 //!    at once, one connection each);
-//! 2. raw read: consume all N without acks (sequential 65,535 windows), then give them back by
-//!    closing the channels and wait until the queue is whole again. Two times are kept: to the
-//!    last delivery, and to the queue whole again (the same job as a backup's read, which must
-//!    leave the queue as it found it);
+//! 2. raw read: with its channels and qos opened before the clock, consume all N without acks
+//!    (sequential 65,535 windows), then give them back by closing the channels and wait until
+//!    the queue is whole again. Two times are kept: to the last delivery, and to the queue
+//!    whole again (the same job as a backup's read, which must leave the queue as it found it);
 //! 3. `rmq-backup backup` of that queue to the filesystem (zstd-3);
-//! 4. raw publish with confirms (window 1000) of N messages of S bytes into an empty queue;
+//! 4. raw publish with confirms (window 1000) of the same N messages into an empty queue, its
+//!    connections and confirm-mode channels opened before the clock;
 //! 5. `rmq-backup restore` of the backup into an empty queue (direct-to-queue, confirms);
 //!
-//! and prints messages/s, the ratios, and each rmq-backup run's peak RSS (VmHWM). With zstd, a
-//! second reference: the compression ceiling, zstd at the same level compressing the same records
-//! on every core with nothing else running (`compression_ceiling`).
+//! and prints messages/s, each ratio in its own row (backup / raw read to the queue whole again,
+//! backup / raw read to the last delivery, backup / compression ceiling, restore / raw publish),
+//! and each rmq-backup run's peak RSS (VmHWM) and CPU seconds. With zstd, the compression
+//! ceiling: zstd at the same level compressing the same records on every core with nothing else
+//! running (`compression_ceiling`).
 //!
 //! ```text
 //! bench <path to rmq-backup> [messages=100000] [body bytes=1024] [random|text]
@@ -62,7 +68,14 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
     let mgmt = ManagementClient::new(MGMT, "guest", "guest", None).expect("management");
-    let (src, dst, raw) = ("rmqb-bench-src", "rmqb-bench-dst", "rmqb-bench-raw");
+    // Vhosts of this process alone (another bench on the same broker deletes and creates its own).
+    let pid = std::process::id();
+    let names = [
+        format!("rmqb-bench-src-{pid}"),
+        format!("rmqb-bench-dst-{pid}"),
+        format!("rmqb-bench-raw-{pid}"),
+    ];
+    let (src, dst, raw) = (names[0].as_str(), names[1].as_str(), names[2].as_str());
     for v in [src, dst, raw] {
         fresh_vhost(&mgmt, v);
     }
@@ -76,9 +89,21 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4);
+    // Every message (body, properties, 20 headers) before any clock: the raw publish, the seed
+    // that rmq-backup backs up and restores, and the ceiling's records all come from this pool.
+    let msgs = Messages::generate(n, size, text);
+    println!(
+        "{} distinct messages generated ahead{}",
+        msgs.distinct(),
+        if msgs.distinct() < n.max(1) {
+            " (cycled: at most 256 MiB are held)"
+        } else {
+            ""
+        }
+    );
     // The ceiling first, while nothing else runs (a sample of at most 256 MB of record JSON).
     let ceiling = (compression == "zstd").then(|| {
-        let sample = sample_records(n, size, text, 256 << 20);
+        let sample = sample_records(n, &msgs, 256 << 20);
         let c = compression_ceiling(&sample, level);
         println!(
             "compression ceiling: zstd-{level} on {} cores compresses these records at {c:.0} msg/s ({} records sampled)",
@@ -87,7 +112,7 @@ fn main() {
         );
         c
     });
-    let sconn = seed(src, &a);
+    let sconn = seed(src, &a, &msgs);
 
     // Raw read and backup alternate, `rounds` times each, on the same queue.
     let (mut raw_reads, mut raw_wholes, mut backups, mut backup_rss) =
@@ -173,10 +198,7 @@ fn main() {
         }
         ch.close().expect("close");
         std::thread::sleep(Duration::from_secs(1));
-        raw_pubs.push(rate(
-            n,
-            publish_parallel(raw, &queues, per_queue, size, text),
-        ));
+        raw_pubs.push(rate(n, publish_parallel(raw, &queues, per_queue, &msgs)));
         println!(
             "round {}: raw publish with confirms (own client, window 1000, a connection per queue): {:.0} msg/s",
             round + 1,
@@ -213,15 +235,18 @@ fn main() {
         queue_type()
     );
     println!(
-        "{:<40} {:>8} {:>18} {:>18}",
-        "operation", "msg/s", "ratio of medians", "median of ratios"
+        "{:<52} {:>8} {:>18} {:>18}",
+        "operation (ratio: of rmq-backup's msg/s to the reference's)",
+        "msg/s",
+        "ratio of medians",
+        "median of ratios"
     );
     let row = |name: &str, rates: &[f64], base: Option<&[f64]>, note: &str| {
         let m = median(rates.to_vec());
         match base {
-            None => println!("{name:<40} {m:>8.0}"),
+            None => println!("{name:<52} {m:>8.0}   {note}"),
             Some(b) => println!(
-                "{name:<40} {m:>8.0} {:>18.2} {:>18.2}   {note}",
+                "{name:<52} {m:>8.0} {:>18.2} {:>18.2}   {note}",
                 m / median(b.to_vec()),
                 median(rates.iter().zip(b).map(|(r, b)| r / b).collect())
             ),
@@ -229,33 +254,43 @@ fn main() {
     };
     row("raw read, to the last delivery", &raw_reads, None, "");
     row("raw read, to the queue whole again", &raw_wholes, None, "");
-    let rss = format!("peak RSS {backup_rss} KiB");
-    row(
-        "rmq-backup backup / last delivery",
-        &backups,
-        Some(&raw_reads),
-        &rss,
+    let ceilings: Option<Vec<f64>> = ceiling.map(|c| vec![c; rounds]);
+    if let Some(c) = &ceilings {
+        row("compression ceiling (zstd, all cores)", c, None, "");
+    }
+    let rss = format!(
+        "peak RSS {backup_rss} KiB, {:.2} CPU-s/100k",
+        median(backup_cpu.clone())
     );
+    row("rmq-backup backup", &backups, None, &rss);
     row(
-        "rmq-backup backup / queue whole again",
+        "  backup / raw read to the queue whole again",
         &backups,
         Some(&raw_wholes),
-        &rss,
+        "",
     );
-    if let Some(c) = ceiling {
-        let lower: Vec<f64> = raw_wholes.iter().map(|r| r.min(c)).collect();
-        println!("{:<40} {c:>8.0}", "compression ceiling (zstd, all cores)");
-        row(
-            "rmq-backup backup / lower of the two",
-            &backups,
-            Some(&lower),
-            "(queue whole again, compression ceiling)",
-        );
+    row(
+        "  backup / raw read to the last delivery",
+        &backups,
+        Some(&raw_reads),
+        "",
+    );
+    if let Some(c) = &ceilings {
+        row("  backup / compression ceiling", &backups, Some(c), "");
     }
     row("raw publish with confirms", &raw_pubs, None, "");
-    let rss = format!("peak RSS {restore_rss} KiB");
-    row("rmq-backup restore", &restores, Some(&raw_pubs), &rss);
-    println!("(rmq-backup times are whole-process wall times: start-up, the give-back of every message and the manifest included)");
+    let rss = format!(
+        "peak RSS {restore_rss} KiB, {:.2} CPU-s/100k",
+        median(restore_cpu.clone())
+    );
+    row("rmq-backup restore", &restores, None, &rss);
+    row(
+        "  restore / raw publish with confirms",
+        &restores,
+        Some(&raw_pubs),
+        "",
+    );
+    println!("(rmq-backup times are whole-process wall times: start-up, the give-back of every message and the manifest included; the raw references time only their reads / publishes: messages built and connections, channels, confirm mode and qos opened before the clock)");
     println!(
         "CPU seconds (user + system) per 100,000 messages: backup {:.2}, restore {:.2}",
         median(backup_cpu.clone()),
@@ -271,6 +306,8 @@ fn main() {
         "max_concurrent_queues": concurrency,
         "compression_ceiling_msg_s": ceiling.map(f64::round),
         "backup_ratio_to_lower": median(backups.iter().zip(&raw_wholes).map(|(r, b)| r / ceiling.map_or(*b, |c| b.min(c))).collect()),
+        "backup_ratio_to_ceiling": ceiling.map(|c| median(backups.iter().map(|r| r / c).collect())),
+        "distinct_messages": msgs.distinct(),
         "compression": compression,
         "level": level,
         "raw_read_whole_msg_s": median(raw_wholes.clone()).round(),

@@ -6,8 +6,9 @@
 //! (`scripts/bench.sh cluster`). Six classic queues, two declared through each node (so living
 //! there). Each shape runs `BENCH_ROUNDS` (2) times; medians are printed:
 //!
-//! - raw local: six threads, each one connection to its queue's node, opened before the clock;
-//!   each consumes its queue without acks (`bench_common::raw_read`) and gives it back;
+//! - raw local: six threads, each one connection to its queue's node, opened (with its
+//!   channels and qos) before the clock; they start together, each consumes its queue without
+//!   acks and gives it back (`bench_common::run_reads`), timed to the last queue whole again;
 //! - raw through rmqc1: the same, every connection to rmqc1;
 //! - rmq-backup, one worker, `node_local_reads` true, then false (`max_concurrent_queues: 6`);
 //! - rmq-backup, three workers (`backup.shard`, three processes at once, two queues each).
@@ -101,12 +102,13 @@ fn main() {
         .flat_map(|n| (0..2).map(move |i| (format!("on-{n}-{i}"), n)))
         .collect();
     println!("seeding 6 queues x {per_queue} x {size} B on the test cluster ...");
+    let msgs = Messages::generate(per_queue, size, true);
     for (q, n) in &queues {
         let conn = node_conn(*n);
         let ch = conn.open_channel().expect("channel");
         ch.queue_declare(q, true, false, false, &FieldTable::new())
             .expect("declare");
-        publish(&conn, q, per_queue, size, true);
+        publish(&conn, q, per_queue, &msgs);
         let _ = conn.close();
     }
     let total = queues.len() * per_queue;
@@ -119,13 +121,12 @@ fn main() {
             .iter()
             .map(|(_, n)| node_conn(through.unwrap_or(*n)))
             .collect();
-        let started = Instant::now();
-        std::thread::scope(|s| {
-            for ((q, _), conn) in queues.iter().zip(&conns) {
-                s.spawn(move || raw_read(conn, q, per_queue));
-            }
-        });
-        started.elapsed()
+        let reads = queues
+            .iter()
+            .zip(&conns)
+            .map(|((q, _), conn)| prepare_read(conn, q, per_queue))
+            .collect();
+        run_reads(reads).whole
     };
     let mut results: Vec<(&str, Vec<f64>, Vec<f64>)> = Vec::new();
     let mut record = |name: &'static str, secs: f64, bytes: u64| {
@@ -183,7 +184,7 @@ fn main() {
     }
     let raw_local = median(results[0].1.clone());
     println!("\n6 queues x {per_queue} x {size} B ({total} messages), medians of {rounds}:");
-    println!("| shape | time | msg/s | vs raw local | MB between nodes |");
+    println!("| shape | time | msg/s | time / time of raw, each queue through its node | MB between nodes |");
     println!("|---|---|---|---|---|");
     for (name, secs, bytes) in &results {
         let t = median(secs.clone());

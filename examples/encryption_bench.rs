@@ -10,7 +10,7 @@
 mod bench_common;
 
 use bench_common::{
-    connect, fresh_vhost, median, publish, rate, run_tool_measured, Args, ToolRun, MGMT,
+    connect, fresh_vhost, median, publish, rate, run_tool_measured, Args, Messages, ToolRun, MGMT,
 };
 use rmq_backup::management::ManagementClient;
 
@@ -34,7 +34,7 @@ fn main() {
         .expect("channel")
         .queue_declare("q", true, false, false, &Vec::new())
         .expect("declare");
-    publish(&conn, "q", n, size, text);
+    publish(&conn, "q", n, &Messages::generate(n, size, text));
     drop(conn);
     println!("published {n} x {size} B {} to q", a.kind());
 

@@ -7,7 +7,8 @@
 //! cargo run --release --example pipeline_bench      (or scripts/bench.sh pipeline)
 //! ```
 //!
-//! Records are built like the broker benchmark's (`bench_common::make_body`, 20 headers).
+//! Records are built like the broker benchmark's (`bench_common::Messages`, 20 headers), before
+//! the clock starts.
 //! Prints msg/s, MB/s of body and CPU seconds (user + system, all threads) per 100,000 messages,
 //! the best of 3 runs per line.
 
@@ -19,10 +20,8 @@ use rmq_backup::segment::{Compression, SegmentWriter};
 use std::time::Instant;
 
 fn records(n: usize, size: usize, text: bool) -> Vec<BackupRecord> {
-    let mut state = BODY_SEED;
-    (0..n)
-        .map(|i| bench_record(i, size, text, &mut state))
-        .collect()
+    let msgs = Messages::generate(n, size, text);
+    (0..n).map(|i| bench_record(i, &msgs)).collect()
 }
 
 /// One pass: every record encoded and appended to segments of at most 128 MiB (SPEC.md's

@@ -7,7 +7,8 @@
 //! storage_bench <path to rmq-backup> [messages=100000] [body bytes=1024] [random|text]
 //! ```
 //!
-//! Each backend runs three rounds, a raw read before each backup; medians are printed.
+//! Each backend runs three rounds, a raw read (to the queue whole again) before each backup;
+//! medians are printed.
 
 mod bench_common;
 
@@ -69,7 +70,7 @@ fn main() {
     std::fs::create_dir_all(&work).expect("work dir");
     let bucket = format!("rmqb-bench-{}", std::process::id());
     create_buckets(&bucket);
-    let conn = seed(src, &a);
+    let conn = seed(src, &a, &Messages::generate(n, a.size, a.text));
 
     type Backend<'a> = (&'a str, String, Vec<(&'a str, &'a str)>);
     let backends: [Backend; 4] = [
@@ -96,10 +97,10 @@ fn main() {
     ];
     let mut rows = Vec::new();
     for (name, storage, env) in &backends {
-        let (mut raws, mut backups, mut rss) = (Vec::new(), Vec::new(), 0);
+        let (mut raws, mut backups, mut cpu, mut rss) = (Vec::new(), Vec::new(), Vec::new(), 0);
         for round in 0..ROUNDS {
             std::thread::sleep(Duration::from_secs(1));
-            raws.push(rate(n, raw_read(&conn, "bench", n).delivered));
+            raws.push(rate(n, raw_read(&conn, "bench", n).whole));
             std::thread::sleep(Duration::from_secs(1));
             let cfg = work.join("backup.yaml");
             std::fs::write(
@@ -110,9 +111,10 @@ fn main() {
                 ),
             )
             .expect("config");
-            let (t, peak) = run_tool_env(&bin, &["backup", "--config", cfg.to_str().unwrap()], env);
-            backups.push(rate(n, t));
-            rss = rss.max(peak);
+            let run = run_tool_measured(&bin, &["backup", "--config", cfg.to_str().unwrap()], env);
+            backups.push(rate(n, run.wall));
+            cpu.push(run.cpu_secs * 100_000.0 / n as f64);
+            rss = rss.max(run.peak_kib);
             println!(
                 "{name} round {}: raw read {:.0} msg/s, backup {:.0} msg/s",
                 round + 1,
@@ -120,18 +122,24 @@ fn main() {
                 backups[round]
             );
         }
-        rows.push((name, median(raws), median(backups), rss));
+        rows.push((name, median(raws), median(backups), median(cpu), rss));
     }
     drop(conn);
     println!();
     println!("{n} x {size} B {kind} bodies, classic queue, zstd-3; medians of {ROUNDS} rounds");
+    println!("raw read: the raw client's read to the queue whole again (every message read and given back)");
     println!(
-        "{:<24} {:>14} {:>14} {:>7} {:>14}",
-        "backend", "raw read msg/s", "backup msg/s", "ratio", "peak RSS KiB"
+        "{:<24} {:>14} {:>14} {:>16} {:>11} {:>14}",
+        "backend",
+        "raw read msg/s",
+        "backup msg/s",
+        "backup/raw read",
+        "CPU-s/100k",
+        "peak RSS KiB"
     );
-    for (name, raw, backup, rss) in rows {
+    for (name, raw, backup, cpu, rss) in rows {
         println!(
-            "{name:<24} {raw:>14.0} {backup:>14.0} {:>7.2} {rss:>14}",
+            "{name:<24} {raw:>14.0} {backup:>14.0} {:>16.2} {cpu:>11.2} {rss:>14}",
             backup / raw
         );
     }

@@ -16,11 +16,13 @@ use rmq_backup::stream::chunk::parse_chunk;
 use rmq_backup::stream::{OffsetSpec, StreamConnection, StreamOptions};
 use std::time::{Duration, Instant};
 
+/// The raw stream read: the connection is opened before the clock; the timed part subscribes,
+/// reads and checks every chunk until `n` messages were counted.
 fn raw_stream_read(vhost: &str, stream: &str, n: usize) -> Duration {
     let url = rmq_backup::amqp::AmqpUrl::parse(&format!("{AMQP}/{vhost}")).expect("url");
-    let started = Instant::now();
     let conn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, 5552))
         .expect("stream connection");
+    let started = Instant::now();
     let sub = conn
         .subscribe(1, stream, OffsetSpec::First, 4)
         .expect("subscribe");
@@ -62,7 +64,7 @@ fn main() {
         "seeding {n} x {size} B {} messages (20 headers) into a stream ...",
         a.kind()
     );
-    publish(&conn, "bench", n, size, text);
+    publish(&conn, "bench", n, &Messages::generate(n, size, text));
     drop(conn);
     std::thread::sleep(Duration::from_secs(2));
 
@@ -106,7 +108,7 @@ fn main() {
         median(raws.clone())
     );
     println!(
-        "rmq-backup backup             {:>8.0} msg/s  {ratio:.2} of the raw read  {:.2} CPU-s/100k  peak RSS {} KiB",
+        "rmq-backup backup             {:>8.0} msg/s  backup/raw read {ratio:.2}  {:.2} CPU-s/100k  peak RSS {} KiB",
         median(backups.clone()),
         median(cpu),
         rss

@@ -1,11 +1,16 @@
-//! Shared by the benchmark examples (`bench`, `storage_bench`): seeding, the raw client's read
-//! and publish, and running rmq-backup with its peak RSS.
+//! Shared by the benchmark examples: the messages (generated before any clock starts), seeding,
+//! the raw client's read and publish, and running rmq-backup with its peak RSS and CPU.
+//!
+//! The raw references do only what a raw client must inside their clocks: connections, channels,
+//! confirm mode and qos are opened before, every message (body, properties, headers) is built
+//! before ([`Messages`]), and the timed part publishes with confirms or reads and gives back.
 #![allow(dead_code)]
 
 use rmq_backup::amqp::{
-    AmqpUrl, BasicProperties, ConnectOptions, Connection, FieldTable, FieldValue,
+    AmqpUrl, BasicProperties, Channel, ConnectOptions, Connection, FieldTable, FieldValue,
 };
 use std::process::{Command, Stdio};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 pub const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672";
@@ -16,7 +21,7 @@ pub fn connect(vhost: &str) -> Connection {
     Connection::open(&ConnectOptions::new(url)).expect("connect")
 }
 
-pub fn headers(i: usize) -> FieldTable {
+fn headers(i: usize) -> FieldTable {
     (0..20)
         .map(|h| {
             let v = match h % 4 {
@@ -32,7 +37,7 @@ pub fn headers(i: usize) -> FieldTable {
 
 /// Message `i`'s body: random bytes (xorshift, `state` carries on; compression works hardest)
 /// or JSON-like text (typical payloads), `size` bytes, into `body`.
-pub fn make_body(i: usize, size: usize, text: bool, state: &mut u64, body: &mut Vec<u8>) {
+fn make_body(i: usize, size: usize, text: bool, state: &mut u64, body: &mut Vec<u8>) {
     body.clear();
     if text {
         let doc = format!(
@@ -64,8 +69,8 @@ pub fn make_body(i: usize, size: usize, text: bool, state: &mut u64, body: &mut 
     }
 }
 
-/// Message `i`'s properties: persistent, a message id and [`headers`].
-pub fn properties(i: usize) -> BasicProperties {
+/// Message `i`'s properties: persistent, a message id and 20 headers.
+fn properties(i: usize) -> BasicProperties {
     BasicProperties {
         delivery_mode: Some(2),
         message_id: Some(format!("m-{i}")),
@@ -74,18 +79,80 @@ pub fn properties(i: usize) -> BasicProperties {
     }
 }
 
-/// The seed of [`make_body`]'s random bodies.
-pub const BODY_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The seed of the random bodies.
+const BODY_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 
-pub fn publish(conn: &Connection, queue: &str, n: usize, size: usize, text: bool) -> Duration {
+/// At most this many bytes of messages are generated ahead (bodies plus [`HEADER_BYTES`] each);
+/// a longer run cycles through them.
+pub const POOL_BYTES: usize = 256 << 20;
+
+/// What one message's properties and 20 headers take in memory, about.
+const HEADER_BYTES: usize = 2048;
+
+/// One message of the benchmark: properties (persistent, a message id, 20 headers) and body.
+pub struct Message {
+    pub properties: BasicProperties,
+    pub body: Vec<u8>,
+}
+
+/// The benchmark's messages, generated before any clock starts, so that a timed loop only
+/// indexes: message `i` is `pool[i % pool.len()]`. The pool holds the first `min(n, POOL_BYTES /
+/// (size + HEADER_BYTES))` messages (at least one), so large shapes (1 MiB x 300, 1 KiB x
+/// 1,000,000) repeat earlier messages instead of holding them all. Every side of a comparison
+/// (seeding, the raw publish, the records of the compression ceiling) takes its messages from
+/// the same pool, so rmq-backup and the raw client move the same content.
+pub struct Messages {
+    pool: Vec<Message>,
+    /// Body bytes of each message.
+    pub size: usize,
+    /// JSON-like text bodies (else random bytes).
+    pub text: bool,
+}
+
+impl Messages {
+    /// Generates the pool for a run of `n` messages of `size` body bytes.
+    pub fn generate(n: usize, size: usize, text: bool) -> Messages {
+        let count = n.min(POOL_BYTES / (size + HEADER_BYTES)).max(1);
+        let mut state = BODY_SEED;
+        let pool = (0..count)
+            .map(|i| {
+                let mut body = Vec::with_capacity(size);
+                make_body(i, size, text, &mut state, &mut body);
+                Message {
+                    properties: properties(i),
+                    body,
+                }
+            })
+            .collect();
+        Messages { pool, size, text }
+    }
+
+    /// Message `i` (cycling through the pool).
+    #[inline]
+    pub fn get(&self, i: usize) -> &Message {
+        &self.pool[i % self.pool.len()]
+    }
+
+    /// How many distinct messages the pool holds.
+    pub fn distinct(&self) -> usize {
+        self.pool.len()
+    }
+}
+
+/// A channel in confirm mode on `conn`, opened before a publish clock starts.
+pub fn publish_channel(conn: &Connection) -> Channel {
     let ch = conn.open_channel().expect("channel");
     ch.confirm_select().expect("confirm");
-    let mut state = BODY_SEED;
-    let mut body = Vec::with_capacity(size);
-    let started = Instant::now();
+    ch
+}
+
+/// The timed part of a raw publish, nothing else: messages `0..n` of `msgs` into `queue` on
+/// `ch` (in confirm mode), mandatory, waiting for confirms whenever 1,000 are outstanding (down
+/// to 500) and for all at the end.
+pub fn publish_on(ch: &Channel, queue: &str, n: usize, msgs: &Messages) {
     for i in 0..n {
-        make_body(i, size, text, &mut state, &mut body);
-        ch.basic_publish("", queue, true, &properties(i), &body)
+        let m = msgs.get(i);
+        ch.basic_publish("", queue, true, &m.properties, &m.body)
             .expect("publish");
         if ch.outstanding_confirms() >= 1000 {
             ch.wait_for_confirms(500, Duration::from_secs(60))
@@ -94,42 +161,94 @@ pub fn publish(conn: &Connection, queue: &str, n: usize, size: usize, text: bool
     }
     ch.wait_for_confirms(0, Duration::from_secs(60))
         .expect("confirms");
+}
+
+/// Publishes messages `0..n` of `msgs` into `queue` with confirms; the time covers
+/// [`publish_on`] only (the channel and confirm mode are set up before).
+pub fn publish(conn: &Connection, queue: &str, n: usize, msgs: &Messages) -> Duration {
+    let ch = publish_channel(conn);
+    let started = Instant::now();
+    publish_on(&ch, queue, n, msgs);
     let took = started.elapsed();
     ch.close().expect("close");
     took
 }
 
-/// Publishes `per_queue` messages into each of `queues` in `vhost` at once, one connection
-/// per queue; returns the time until the last queue's confirms arrived.
+/// The span of parallel timed parts, each given as (its start, its end): from the first start
+/// to the last end.
+fn span(parts: &[(Instant, Instant)]) -> Duration {
+    let first = parts.iter().map(|p| p.0).min();
+    let last = parts.iter().map(|p| p.1).max();
+    match (first, last) {
+        (Some(a), Some(b)) => b - a,
+        _ => Duration::ZERO,
+    }
+}
+
+/// Publishes messages `0..per_queue` of `msgs` into each of `queues` in `vhost` at once, one
+/// connection per queue. The connections and their confirm-mode channels are opened first;
+/// the threads then start together (a barrier) and the time is from the first start to the
+/// last queue's confirms.
 pub fn publish_parallel(
     vhost: &str,
     queues: &[String],
     per_queue: usize,
-    size: usize,
-    text: bool,
+    msgs: &Messages,
 ) -> Duration {
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        for q in queues {
-            s.spawn(move || {
-                let conn = connect(vhost);
-                publish(&conn, q, per_queue, size, text);
-            });
-        }
-    });
-    started.elapsed()
-}
-
-/// [`raw_read`] of each of `queues` in `vhost` at once, one connection per queue; the times
-/// are the last queue's.
-pub fn raw_read_parallel(vhost: &str, queues: &[String], per_queue: usize) -> RawRead {
-    let reads: Vec<RawRead> = std::thread::scope(|s| {
+    let conns: Vec<Connection> = queues.iter().map(|_| connect(vhost)).collect();
+    let channels: Vec<Channel> = conns.iter().map(publish_channel).collect();
+    let barrier = Barrier::new(queues.len());
+    let parts: Vec<(Instant, Instant)> = std::thread::scope(|s| {
         let handles: Vec<_> = queues
             .iter()
-            .map(|q| {
+            .zip(channels)
+            .map(|(q, ch)| {
+                let barrier = &barrier;
                 s.spawn(move || {
-                    let conn = connect(vhost);
-                    raw_read(&conn, q, per_queue)
+                    barrier.wait();
+                    let started = Instant::now();
+                    publish_on(&ch, q, per_queue, msgs);
+                    let done = Instant::now();
+                    ch.close().expect("close");
+                    (started, done)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("publish"))
+            .collect()
+    });
+    span(&parts)
+}
+
+/// [`raw_read`] of each of `queues` in `vhost` at once, one connection per queue: every
+/// connection and channel is opened first, the reads start together (a barrier), and the times
+/// are from the first start to the last queue's delivery / the last queue whole again.
+pub fn raw_read_parallel(vhost: &str, queues: &[String], per_queue: usize) -> RawRead {
+    let conns: Vec<Connection> = queues.iter().map(|_| connect(vhost)).collect();
+    let reads = conns
+        .iter()
+        .zip(queues)
+        .map(|(c, q)| prepare_read(c, q, per_queue))
+        .collect();
+    run_reads(reads)
+}
+
+/// Runs prepared reads at once, one thread each, started together (a barrier); the times are
+/// from the first start to the last delivery and to the last queue whole again.
+pub fn run_reads(reads: Vec<PreparedRead>) -> RawRead {
+    let barrier = Barrier::new(reads.len());
+    let parts: Vec<(Instant, Instant, Instant)> = std::thread::scope(|s| {
+        let handles: Vec<_> = reads
+            .into_iter()
+            .map(|r| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let started = Instant::now();
+                    let (delivered, whole) = r.run();
+                    (started, delivered, whole)
                 })
             })
             .collect();
@@ -138,9 +257,11 @@ pub fn raw_read_parallel(vhost: &str, queues: &[String], per_queue: usize) -> Ra
             .map(|h| h.join().expect("raw read"))
             .collect()
     });
+    let delivered: Vec<_> = parts.iter().map(|p| (p.0, p.1)).collect();
+    let whole: Vec<_> = parts.iter().map(|p| (p.0, p.2)).collect();
     RawRead {
-        delivered: reads.iter().map(|r| r.delivered).max().unwrap_or_default(),
-        whole: reads.iter().map(|r| r.whole).max().unwrap_or_default(),
+        delivered: span(&delivered),
+        whole: span(&whole),
     }
 }
 
@@ -159,23 +280,17 @@ pub fn queue_names() -> Vec<String> {
     }
 }
 
-/// Message `i` as a backup of the benchmark's queue records it (the same body, properties
-/// and headers as [`publish`] sends); `state` carries the random bodies on.
-pub fn bench_record(
-    i: usize,
-    size: usize,
-    text: bool,
-    state: &mut u64,
-) -> rmq_backup::record::BackupRecord {
-    let mut body = Vec::with_capacity(size);
-    make_body(i, size, text, state, &mut body);
+/// Message `i` of `msgs` as a backup of the benchmark's queue records it (the same body,
+/// properties and headers as [`publish`] sends).
+pub fn bench_record(i: usize, msgs: &Messages) -> rmq_backup::record::BackupRecord {
+    let m = msgs.get(i);
     let d = rmq_backup::amqp::Delivery {
         delivery_tag: i as u64 + 1,
         redelivered: false,
         exchange: String::new(),
         routing_key: "bench".into(),
-        properties: properties(i),
-        body,
+        properties: m.properties.clone(),
+        body: m.body.clone(),
     };
     rmq_backup::record::BackupRecord::from_delivery(
         d,
@@ -185,15 +300,14 @@ pub fn bench_record(
     )
 }
 
-/// The JSON of the first [`bench_record`]s, at most `max_json_bytes` of it: a sample for the
-/// compression ceiling.
-pub fn sample_records(n: usize, size: usize, text: bool, max_json_bytes: usize) -> Vec<Vec<u8>> {
-    let mut state = BODY_SEED;
+/// The JSON of the first of `n` [`bench_record`]s, at most `max_json_bytes` of it: a sample for
+/// the compression ceiling.
+pub fn sample_records(n: usize, msgs: &Messages, max_json_bytes: usize) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut total = 0;
     for i in 0..n {
         let mut json = Vec::new();
-        rmq_backup::record::encode_record(&bench_record(i, size, text, &mut state), &mut json);
+        rmq_backup::record::encode_record(&bench_record(i, msgs), &mut json);
         total += json.len() + 4;
         out.push(json);
         if total >= max_json_bytes {
@@ -247,52 +361,90 @@ pub struct RawRead {
     pub whole: Duration,
 }
 
-/// Reads all `n` messages of `queue` without acks (sequential 65,535-message consumer windows),
-/// then gives them back by closing the channels and waits until the queue's ready count is `n`
-/// again, so that the next measurement starts on a settled queue.
-pub fn raw_read(conn: &Connection, queue: &str, n: usize) -> RawRead {
-    let started = Instant::now();
-    let mut read = 0;
-    let mut channels = Vec::new();
-    while read < n {
-        let window = (n - read).min(65_535);
+/// A raw read made ready before its clock starts: one channel per 65,535-message consumer
+/// window with its qos set, and a control channel for the depth polls.
+pub struct PreparedRead {
+    queue: String,
+    n: usize,
+    windows: Vec<(Channel, usize)>,
+    control: Channel,
+}
+
+/// Opens the channels of a [`raw_read`] of `n` messages of `queue` on `conn` (see
+/// [`PreparedRead`]).
+pub fn prepare_read(conn: &Connection, queue: &str, n: usize) -> PreparedRead {
+    let mut windows = Vec::new();
+    let mut left = n;
+    while left > 0 {
+        let window = left.min(65_535);
         let ch = conn.open_channel().expect("channel");
         ch.basic_qos(window as u16, false).expect("qos");
-        let consumer = ch
-            .basic_consume(queue, "bench", false, false, &FieldTable::new())
-            .expect("consume");
-        for _ in 0..window {
-            consumer
-                .recv_timeout(Duration::from_secs(60))
-                .expect("recv")
-                .expect("delivery");
-            read += 1;
+        windows.push((ch, window));
+        left -= window;
+    }
+    PreparedRead {
+        queue: queue.to_string(),
+        n,
+        windows,
+        control: conn.open_channel().expect("channel"),
+    }
+}
+
+impl PreparedRead {
+    /// The timed part: consumes every window without acks, one
+    /// after the other, then gives everything back by closing the channels and polls the
+    /// queue's ready count until it is `n` again (like rmq-backup's reader: from 1 ms, doubling
+    /// up to 50 ms; at most 60 s). Returns when the last delivery arrived and when the queue
+    /// was whole again.
+    pub fn run(self) -> (Instant, Instant) {
+        for (ch, window) in &self.windows {
+            let consumer = ch
+                .basic_consume(&self.queue, "bench", false, false, &FieldTable::new())
+                .expect("consume");
+            for _ in 0..*window {
+                consumer
+                    .recv_timeout(Duration::from_secs(60))
+                    .expect("recv")
+                    .expect("delivery");
+            }
         }
-        channels.push(ch);
+        let delivered = Instant::now();
+        for (ch, _) in self.windows {
+            ch.close().expect("close");
+        }
+        let mut pause = Duration::from_millis(1);
+        while (self
+            .control
+            .queue_declare_passive(&self.queue)
+            .expect("declare")
+            .message_count as usize)
+            < self.n
+        {
+            assert!(
+                delivered.elapsed() < Duration::from_secs(60),
+                "the raw read's messages did not come back within 60 s"
+            );
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+        let whole = Instant::now();
+        self.control.close().expect("close");
+        (delivered, whole)
     }
-    let delivered = started.elapsed();
-    for ch in channels {
-        ch.close().expect("close");
+}
+
+/// Reads all `n` messages of `queue` without acks (sequential 65,535-message consumer windows),
+/// then gives them back by closing the channels and waits until the queue's ready count is `n`
+/// again: the same job as a backup's read, which must leave the queue as it found it. The
+/// channels (and their qos) are opened before the clock starts ([`prepare_read`]).
+pub fn raw_read(conn: &Connection, queue: &str, n: usize) -> RawRead {
+    let prepared = prepare_read(conn, queue, n);
+    let started = Instant::now();
+    let (delivered, whole) = prepared.run();
+    RawRead {
+        delivered: delivered - started,
+        whole: whole - started,
     }
-    // Polled like rmq-backup's reader polls: from 1 ms, doubling up to 50 ms; at most 60 s.
-    let control = conn.open_channel().expect("channel");
-    let mut pause = Duration::from_millis(1);
-    while (control
-        .queue_declare_passive(queue)
-        .expect("declare")
-        .message_count as usize)
-        < n
-    {
-        assert!(
-            started.elapsed() < delivered + Duration::from_secs(60),
-            "the raw read's messages did not come back within 60 s"
-        );
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
-    let whole = started.elapsed();
-    control.close().expect("close");
-    RawRead { delivered, whole }
 }
 
 /// What one run of rmq-backup took.
@@ -303,18 +455,6 @@ pub struct ToolRun {
     /// CPU seconds, user + system (`/proc/<pid>/stat`, polled every 20 ms: the last 20 ms may
     /// be missing).
     pub cpu_secs: f64,
-}
-
-/// Runs rmq-backup, returning its wall time and peak RSS in KiB (VmHWM polled every 20 ms).
-pub fn run_tool(bin: &str, args: &[&str]) -> (Duration, u64) {
-    let r = run_tool_measured(bin, args, &[]);
-    (r.wall, r.peak_kib)
-}
-
-/// [`run_tool`] with extra environment variables.
-pub fn run_tool_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (Duration, u64) {
-    let r = run_tool_measured(bin, args, env);
-    (r.wall, r.peak_kib)
 }
 
 /// User + system CPU seconds of process `pid` so far (fields 14 and 15 of `/proc/<pid>/stat`).
@@ -450,8 +590,8 @@ pub fn queue_args() -> FieldTable {
 }
 
 /// Declares the queues of [`queue_names`] ([`queue_type`]) in `vhost`, publishes `a.n`
-/// messages into them (`a.n / queues` each), and returns a connection to `vhost`.
-pub fn seed(vhost: &str, a: &Args) -> Connection {
+/// messages of `msgs` into them (`a.n / queues` each), and returns a connection to `vhost`.
+pub fn seed(vhost: &str, a: &Args, msgs: &Messages) -> Connection {
     let queues = queue_names();
     println!(
         "seeding {} x {} B {} messages (20 headers) into {} {} queue(s) ...",
@@ -468,6 +608,6 @@ pub fn seed(vhost: &str, a: &Args) -> Connection {
             .expect("declare");
     }
     ch.close().expect("close");
-    publish_parallel(vhost, &queues, a.n / queues.len(), a.size, a.text);
+    publish_parallel(vhost, &queues, a.n / queues.len(), msgs);
     conn
 }
