@@ -413,6 +413,10 @@ fn stop_wait(timing: &Timing) -> Duration {
 /// `ended_at`.
 pub struct RunLock {
     shared: Arc<Shared>,
+    /// This run's `run_id`.
+    run_id: String,
+    /// The lock of an earlier run that had not ended, which this one replaced (took over).
+    replaced: Option<LockInfo>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Disconnected once the heartbeat thread has ended.
     exited: crossbeam_channel::Receiver<()>,
@@ -461,7 +465,9 @@ impl RunLock {
         };
         let key = name.key.clone();
         let json = Shared::json(&info)?;
+        let run_id = info.run_id.clone();
         let mut version = None;
+        let mut replaced = None;
         // Each pass either takes the lock or sees another run take it: a few at most.
         for _ in 0..5 {
             if let Conditional::Written(v) = storage.put_bytes_new(&key, &json)? {
@@ -480,6 +486,7 @@ impl RunLock {
             match storage.put_bytes_if(&key, &json, &seen)? {
                 Conditional::Written(v) => {
                     version = Some(v);
+                    replaced = other.filter(|o| o.ended_at.is_none());
                     break;
                 }
                 Conditional::Refused => continue,
@@ -518,9 +525,22 @@ impl RunLock {
             .map_err(|e| Error::Io(format!("cannot start the run-lock thread: {e}")))?;
         Ok(RunLock {
             shared,
+            run_id,
+            replaced,
             thread: Some(thread),
             exited,
         })
+    }
+
+    /// This run's id (`<host>-<pid>-<started_at>`, [`LockInfo::run_id`]).
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The lock of an earlier run that had not ended (killed, stalled, or gone silent) which
+    /// this run took over; `None` when the lock was free or its last run ended.
+    pub fn replaced(&self) -> Option<&LockInfo> {
+        self.replaced.as_ref()
     }
 
     /// Why this run must stop, once it must: another run took the lock over, or the lock has

@@ -190,7 +190,7 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(
-        stderr.contains("of an earlier run of this backup is still open: closing it"),
+        stderr.contains("of an earlier run of this backup (its lock taken over) is still open"),
         "{stderr}"
     );
     let m = manifest(&store, "stalled");
@@ -214,8 +214,9 @@ fn an_earlier_run_s_messages_on_a_queue_without_statistics_yet_are_waited_for() 
     // What CI caught: an earlier run held every message of a quorum queue declared a moment
     // ago, on a channel whose consumer it had cancelled. The rerun saw 0 ready, no consumer,
     // and no statistics from the management API (it has none for a queue's first ~5 s), and
-    // backed up 0 messages with exit 0. Here the earlier run is an interrupted manifest and a
-    // connection named as that run's, holding the messages with its consumer cancelled.
+    // backed up 0 messages with exit 0. Here the earlier run is an interrupted manifest, a
+    // lock it never released (its heartbeat 10 minutes old) and a connection named as that
+    // run's, holding the messages with its consumer cancelled.
     let vh = TestVhost::new("unacked-nostats");
     let dir = TempDir::new("unacked-nostats");
     let store = dir.path().join("store");
@@ -230,6 +231,14 @@ fn an_earlier_run_s_messages_on_a_queue_without_statistics_yet_are_waited_for() 
     let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&key).unwrap()).unwrap();
     m["completed_at"] = serde_json::Value::Null;
     std::fs::write(&key, serde_json::to_vec(&m).unwrap()).unwrap();
+    let lock_key = store.join("nostats/state/lock.json");
+    let mut lock: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&lock_key).unwrap()).unwrap();
+    lock["run_id"] = "elsewhere-1-1".into();
+    lock["host"] = "elsewhere".into();
+    lock["ended_at"] = serde_json::Value::Null;
+    lock["heartbeat_at"] = (lock["heartbeat_at"].as_i64().unwrap() - 600_000).into();
+    std::fs::write(&lock_key, serde_json::to_vec(&lock).unwrap()).unwrap();
 
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();
@@ -238,7 +247,10 @@ fn an_earlier_run_s_messages_on_a_queue_without_statistics_yet_are_waited_for() 
     let mut options = rmq_backup::amqp::ConnectOptions::new(
         rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
     );
-    options.connection_name = format!("rmq-backup nostats {} (thread 0, run 0)", vh.name);
+    options.connection_name = format!(
+        "rmq-backup nostats {} (thread 0, run elsewhere-1-1)",
+        vh.name
+    );
     let earlier = Connection::open(&options).expect("the earlier run's connection");
     let held = earlier.open_channel().unwrap();
     held.basic_qos(STALLED as u16, false).unwrap();
@@ -261,7 +273,7 @@ fn an_earlier_run_s_messages_on_a_queue_without_statistics_yet_are_waited_for() 
         "{stderr}"
     );
     assert!(
-        stderr.contains("of an earlier run of this backup is still open: closing it"),
+        stderr.contains("of an earlier run of this backup (its lock taken over) is still open"),
         "{stderr}"
     );
     assert!(

@@ -7,7 +7,7 @@
 //! connection carries nothing from one queue to the next. After any failure the connection is
 //! closed (which gives back whatever it still held) and the next queue opens a new one.
 //!
-//! Its name, shown in the management UI: `rmq-backup <backup_id> <vhost> (thread <n>, run <tag>)`
+//! Its name, shown in the management UI: `rmq-backup <backup_id> <vhost> (thread <n>, run <run_id>)`
 //! (`rmq-backup <backup_id> (part <i> of <n>) ...` for a part of a sharded backup); every
 //! name rmq-backup gives starts with `rmq-backup ` (`super::unacked`).
 

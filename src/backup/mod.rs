@@ -243,8 +243,12 @@ fn run_job(
         }
     };
 
-    let earlier_run =
-        earlier_run::EarlierRun::find(&mgmt, target.connection_prefix(), interrupted.is_some());
+    let earlier_run = earlier_run::EarlierRun::find(
+        &mgmt,
+        target.connection_prefix(),
+        interrupted.is_some(),
+        &lock,
+    );
     let (mut queues, mut skipped) = select_queues(&mgmt, source)?;
     if let Some(shard) = &target.shard {
         let all = queues.len();

@@ -224,9 +224,7 @@ pub(super) fn settle(ctx: &QueueContext, control: &Channel, q: &QueueInfo) -> Re
                 ready,
             });
         }
-        if ctx.earlier_run.seen() {
-            ctx.earlier_run.close_listed(ctx.mgmt);
-        }
+        ctx.earlier_run.close_listed(ctx.mgmt);
         if let Some(why) = ctx
             .lock
             .lost()
