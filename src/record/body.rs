@@ -158,7 +158,7 @@ pub(super) fn parse_compact(s: &[u8], a: usize) -> Option<(Vec<u8>, usize)> {
 
 /// [`parse_compact`], with SIMD only when `simd` is true (tests compare both paths).
 pub(super) fn parse_compact_with(s: &[u8], a: usize, simd: bool) -> Option<(Vec<u8>, usize)> {
-    let end = find_byte(s, a, b']')?;
+    let end = a + memchr::memchr(b']', s.get(a..)?)?;
     let n = match end - a {
         0..64 => 1,
         64..512 => 2,
@@ -348,12 +348,12 @@ mod simd {
 
     /// Decoding of four elements whose lengths are l0..l3 (1..=3), indexed by
     /// `l0 | l1 << 2 | l2 << 4 | l3 << 6`: the shuffle that moves each element's digits into
-    /// 4-byte lanes `[0, h, t, o]` (absent digits 0), the start positions of elements of two or
-    /// more digits (a '0' there is a leading zero), and l0+l1+l2+l3 (0xff when some length is 0).
+    /// 4-byte lanes `[0, h, t, o]` (absent digits 0), and the start positions of elements of two
+    /// or more digits (a '0' there is a leading zero) with bit 31 set when some length is 0
+    /// (not four elements).
     struct DecPattern {
         shuf: [u8; 16],
         multi: u32,
-        sum: u32,
     }
 
     static DEC_PAT: [DecPattern; 256] = build_dec_pat();
@@ -362,14 +362,12 @@ mod simd {
         let mut t = [const {
             DecPattern {
                 shuf: [0x80; 16],
-                multi: 0,
-                sum: 0xff,
+                multi: 1 << 31,
             }
         }; 256];
         let mut idx = 0;
         while idx < 256 {
             let mut start = 0;
-            let mut sum = 0;
             let mut ok = true;
             let mut i = 0;
             while i < 4 {
@@ -387,12 +385,11 @@ mod simd {
                 if len >= 2 {
                     t[idx].multi |= 1 << start;
                 }
-                sum += len;
                 start += len + 1;
                 i += 1;
             }
             if ok {
-                t[idx].sum = sum as u32;
+                t[idx].multi &= !(1 << 31);
             }
             idx += 1;
         }
@@ -503,9 +500,8 @@ mod simd {
         let pairs = _mm_maddubs_epi16(lanes, weights);
         let vals = _mm_madd_epi16(pairs, _mm_set1_epi16(1));
         let big = _mm_movemask_epi8(_mm_cmpgt_epi32(vals, _mm_set1_epi32(255)));
-        let ok = pat.sum == c3 - 3
-            && (digit | m) & span == span
-            && zero & pat.multi == 0
+        let ok = (digit | m) & span == span
+            && (zero | 1 << 31) & pat.multi == 0
             && big == 0
             && p + (c3 as usize) < last;
         if !ok {

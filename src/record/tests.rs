@@ -882,3 +882,40 @@ fn hostile_bodies_agree_with_serde_json() {
     }
     assert!(accepted > 50, "some substitutes are valid: {accepted}");
 }
+
+/// Small cases of the body codec on both paths, cheap enough for Miri (`cargo +nightly miri
+/// test --lib record::tests::body_codec`; with `RUSTFLAGS=-Ctarget-feature=+ssse3` Miri also
+/// runs the SSSE3 path, which it otherwise sees as absent).
+#[test]
+fn body_codec_small_cases_both_paths() {
+    let mut rng = Rng(0x3141);
+    for len in (0..80).chain([150, 300]) {
+        let body: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let reference = if body.is_empty() {
+            "null".to_string()
+        } else {
+            let items: Vec<String> = body.iter().map(|b| b.to_string()).collect();
+            format!("[{}]", items.join(","))
+        };
+        for simd in [false, true] {
+            let mut out = b"{\"body\":".to_vec();
+            body::write_body_with(&body, &mut out, simd);
+            assert_eq!(&out[8..], reference.as_bytes(), "len {len}, simd {simd}");
+            out.extend_from_slice(b",\"x\":0}");
+            let parsed = body::parse_compact_with(&out, 9, simd);
+            if body.is_empty() {
+                continue;
+            }
+            assert_eq!(parsed, Some((body.clone(), 8 + reference.len())));
+            // One element made invalid: both paths refuse the compact form.
+            let at = 9 + rng.below(reference.len() as u64 - 2) as usize;
+            let mut bad = out.clone();
+            bad[at] = b"x -.e0"[rng.below(6) as usize];
+            let (scalar, fast) = (
+                body::parse_compact_with(&bad, 9, false),
+                body::parse_compact_with(&bad, 9, true),
+            );
+            assert_eq!(scalar, fast, "len {len}: {}", String::from_utf8_lossy(&bad));
+        }
+    }
+}
