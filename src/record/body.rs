@@ -436,34 +436,48 @@ mod simd {
 
     #[target_feature(enable = "ssse3")]
     fn decode_ssse3(s: &[u8], chains: &mut [Chain]) {
-        // Positions and counts in locals, four chains per round, so they stay in registers.
-        for group in chains.chunks_mut(4) {
-            let mut p = [0usize; 4];
-            let mut k = [0usize; 4];
-            let mut last = [0usize; 4]; // 0: no chain, step4 never succeeds
-            let mut on = [false; 4];
-            for (j, c) in group.iter().enumerate() {
-                (p[j], k[j], last[j], on[j]) = (c.p, c.k, c.last, true);
-            }
-            while on[0] | on[1] | on[2] | on[3] {
-                for j in 0..4 {
-                    if on[j] {
-                        let (vals, next) = step4(s, p[j], last[j]);
-                        let dst = group.get_mut(j).and_then(|c| c.out.get_mut(k[j]..k[j] + 4));
-                        match dst {
-                            Some(dst) if next != 0 => {
-                                dst.copy_from_slice(&vals.to_le_bytes());
-                                p[j] = next;
-                                k[j] += 4;
-                            }
-                            _ => on[j] = false,
+        if let [a, b, c, d] = chains {
+            run4(s, [a, b, c, d]);
+        } else {
+            chains.iter_mut().for_each(|c| run4(s, [c]));
+        }
+    }
+
+    /// Steps the `N` chains in turn until each has stopped. Positions, counts and outputs are
+    /// copied to locals so that they stay in registers (the loop over `0..N` is unrolled).
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    fn run4<const N: usize>(s: &[u8], chains: [&mut Chain; N]) {
+        let mut p = [0usize; N];
+        let mut k = [0usize; N];
+        let mut last = [0usize; N];
+        for (j, c) in chains.iter().enumerate() {
+            (p[j], k[j], last[j]) = (c.p, c.k, c.last);
+        }
+        let mut on = [true; N];
+        let mut outs = chains.map(|c| c);
+        loop {
+            let mut any = false;
+            for j in 0..N {
+                if on[j] {
+                    let (vals, next) = step4(s, p[j], last[j]);
+                    match outs[j].out.get_mut(k[j]..k[j] + 4) {
+                        Some(dst) if next != 0 => {
+                            dst.copy_from_slice(&vals.to_le_bytes());
+                            p[j] = next;
+                            k[j] += 4;
+                            any = true;
                         }
+                        _ => on[j] = false,
                     }
                 }
             }
-            for (j, c) in group.iter_mut().enumerate() {
-                (c.p, c.k) = (p[j], k[j]);
+            if !any {
+                break;
             }
+        }
+        for (j, c) in outs.iter_mut().enumerate() {
+            (c.p, c.k) = (p[j], k[j]);
         }
     }
 
