@@ -182,9 +182,11 @@ pub(super) fn parse_compact_with(s: &[u8], a: usize, simd: bool) -> Option<(Vec<
     lasts[used - 1] = end;
     // Every element takes at least two characters (a digit and a separator), which bounds each
     // chain's count; each writes into its own part of one buffer, then the parts are joined.
-    let caps: Vec<usize> = (0..used)
-        .map(|j| (lasts[j] + 1 - starts[j]) / 2 + 1)
-        .collect();
+    let mut caps = [0usize; CHAINS];
+    for j in 0..used {
+        caps[j] = (lasts[j] + 1 - starts[j]) / 2 + 1;
+    }
+    let caps = &caps[..used];
     let mut buf = vec![0u8; caps.iter().sum()];
     let mut chains: Vec<Chain> = Vec::with_capacity(used);
     let mut rest: &mut [u8] = &mut buf;
@@ -219,7 +221,10 @@ pub(super) fn parse_compact_with(s: &[u8], a: usize, simd: bool) -> Option<(Vec<
             c.done = sep == c.last;
         }
     }
-    let counts: Vec<usize> = chains.iter().map(|c| c.k).collect();
+    let mut counts = [0usize; CHAINS];
+    for (count, c) in counts.iter_mut().zip(&chains) {
+        *count = c.k;
+    }
     drop(chains);
     let (mut from, mut to) = (0, 0);
     for (cap, count) in caps.iter().zip(counts) {
@@ -438,6 +443,8 @@ mod simd {
     fn decode_ssse3(s: &[u8], chains: &mut [Chain]) {
         if let [a, b, c, d] = chains {
             run4(s, [a, b, c, d]);
+        } else if let [a, b] = chains {
+            run4(s, [a, b]);
         } else {
             chains.iter_mut().for_each(|c| run4(s, [c]));
         }
