@@ -206,20 +206,12 @@ pub(super) fn parse_compact_with(s: &[u8], a: usize, simd: bool) -> Option<(Vec<
         simd::decode(s, &mut chains);
     }
     // What is left of each chain, one element per chain per round.
-    let mut active = true;
-    while active {
-        active = false;
-        for c in chains.iter_mut().filter(|c| !c.done) {
-            active = true;
-            let (v, sep, sep_byte) = compact_element(s, c.p)?;
-            if sep > c.last || (sep < c.last && sep_byte != b',') {
-                return None;
-            }
-            *c.out.get_mut(c.k)? = v;
-            c.k += 1;
-            c.p = sep + 1;
-            c.done = sep == c.last;
-        }
+    match chains.as_mut_slice() {
+        [a, b, c, d] => scalar_chains(s, [a, b, c, d])?,
+        [a, b, c] => scalar_chains(s, [a, b, c])?,
+        [a, b] => scalar_chains(s, [a, b])?,
+        [a] => scalar_chains(s, [a])?,
+        _ => return None,
     }
     let mut counts = [0usize; CHAINS];
     for (count, c) in counts.iter_mut().zip(&chains) {
@@ -235,6 +227,43 @@ pub(super) fn parse_compact_with(s: &[u8], a: usize, simd: bool) -> Option<(Vec<
     buf.truncate(to);
     buf.shrink_to_fit();
     Some((buf, end + 1))
+}
+
+/// Parses the rest of each chain one element at a time, the chains in turn (independent work
+/// for the CPU to overlap), with positions and counts in locals. `None` when some chain is not
+/// compact numbers 0..=255 separated by commas and ending exactly at its `last`.
+#[inline(always)]
+fn scalar_chains<const N: usize>(s: &[u8], mut chains: [&mut Chain; N]) -> Option<()> {
+    let mut p = [0usize; N];
+    let mut k = [0usize; N];
+    let mut last = [0usize; N];
+    let mut on = [true; N];
+    for (j, c) in chains.iter().enumerate() {
+        (p[j], k[j], last[j], on[j]) = (c.p, c.k, c.last, !c.done);
+    }
+    loop {
+        let mut any = false;
+        for j in 0..N {
+            if on[j] {
+                any = true;
+                let (v, sep, sep_byte) = compact_element(s, p[j])?;
+                if sep > last[j] || (sep < last[j] && sep_byte != b',') {
+                    return None;
+                }
+                *chains[j].out.get_mut(k[j])? = v;
+                k[j] += 1;
+                p[j] = sep + 1;
+                on[j] = sep != last[j];
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    for (j, c) in chains.iter_mut().enumerate() {
+        (c.p, c.k, c.done) = (p[j], k[j], true);
+    }
+    Some(())
 }
 
 // ---------------------------------------------------------------------------------------------
