@@ -83,6 +83,15 @@ fn main() {
             .unwrap_or(1500),
     );
     println!("record codec, one core, MB/s of body (random bytes, 10 headers; best of 5 windows)");
+    #[cfg(target_arch = "x86_64")]
+    println!(
+        "body array: {} path",
+        if std::is_x86_feature_detected!("ssse3") {
+            "SSSE3"
+        } else {
+            "scalar"
+        }
+    );
     println!(
         "{:>8} {:>14} {:>14} {:>14} {:>14}",
         "body", "encode", "serde_json enc", "decode", "serde_json dec"

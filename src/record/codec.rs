@@ -1,10 +1,11 @@
 //! The hot path of the record format (DESIGN.md decision 5): [`encode_record`] writes exactly
 //! the bytes `serde_json::to_vec(&record)` writes, but writes the body's number array itself
-//! from a lookup table; [`decode_record`] parses the body array itself and leaves the small rest
-//! to serde_json. The derived serde implementations in the parent module define the format.
+//! (`body.rs`); [`decode_record`] parses the body array itself and leaves the small rest to
+//! serde_json. The derived serde implementations in the parent module define the format.
 
 use serde::Serialize;
 
+use super::body::{parse_compact, write_body};
 use super::{BackupHeaderValue, BackupProperties, BackupRecord};
 use crate::error::{Error, Result};
 
@@ -27,64 +28,11 @@ struct RecordTail<'a> {
     source_vhost: &'a str,
 }
 
-/// Decimal text of each byte value followed by a comma, packed little-endian in a u32
-/// (`"7,"` is `[b'7', b',', 0, 0]`), and its length in bytes.
-static BYTE_TEXT: [(u32, u32); 256] = build_byte_text();
-
-const fn build_byte_text() -> [(u32, u32); 256] {
-    let mut t = [(0u32, 0u32); 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut bytes = [0u8; 4];
-        let len;
-        if i < 10 {
-            bytes[0] = b'0' + i as u8;
-            bytes[1] = b',';
-            len = 2;
-        } else if i < 100 {
-            bytes[0] = b'0' + (i / 10) as u8;
-            bytes[1] = b'0' + (i % 10) as u8;
-            bytes[2] = b',';
-            len = 3;
-        } else {
-            bytes[0] = b'0' + (i / 100) as u8;
-            bytes[1] = b'0' + ((i / 10) % 10) as u8;
-            bytes[2] = b'0' + (i % 10) as u8;
-            bytes[3] = b',';
-            len = 4;
-        }
-        t[i] = (u32::from_le_bytes(bytes), len);
-        i += 1;
-    }
-    t
-}
-
-/// Appends the JSON of a body: `null` when empty, else `[b0,b1,...]`.
-fn write_body(body: &[u8], out: &mut Vec<u8>) {
-    if body.is_empty() {
-        out.extend_from_slice(b"null");
-        return;
-    }
-    let start = out.len();
-    // '[' plus at most 4 bytes ("255,") per body byte; the last ',' becomes ']'.
-    out.resize(start + 1 + body.len() * 4, 0);
-    let buf = &mut out[start..];
-    buf[0] = b'[';
-    let mut pos = 1;
-    for &b in body {
-        let (text, len) = BYTE_TEXT[b as usize];
-        buf[pos..pos + 4].copy_from_slice(&text.to_le_bytes());
-        pos += len as usize;
-    }
-    buf[pos - 1] = b']';
-    out.truncate(start + pos);
-}
-
 /// Appends the JSON of `rec` to `out` (the caller clears `out` if it wants only this record).
 ///
 /// The bytes are identical to `serde_json::to_vec(rec)` (compact, SPEC.md key order); the body
-/// array is written from a lookup table, the rest by serde_json. Runs at several hundred MB/s
-/// of body on one core (see `examples/codec_bench.rs`).
+/// array is written by [`write_body`] (SSSE3 when the CPU has it, else a lookup table), the rest
+/// by serde_json. Runs at about 2 GB/s of body on one core (see `examples/codec_bench.rs`).
 pub fn encode_record(rec: &BackupRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"body\":");
     write_body(&rec.body, out);
@@ -257,133 +205,6 @@ fn skip_string(s: &[u8], mut i: usize) -> Option<usize> {
             _ => i += 1,
         }
     }
-}
-
-const LO: u64 = 0x0101_0101_0101_0101;
-const HI: u64 = 0x8080_8080_8080_8080;
-
-/// Index of the first `c` in `s` at or after `from`, 8 bytes at a time.
-fn find_byte(s: &[u8], from: usize, c: u8) -> Option<usize> {
-    let pattern = LO * u64::from(c);
-    let mut i = from;
-    while let Some(chunk) = s.get(i..i + 8) {
-        let mut arr = [0u8; 8];
-        arr.copy_from_slice(chunk);
-        let t = u64::from_le_bytes(arr) ^ pattern;
-        // High bit exactly at the bytes equal to `c` (no carries between bytes).
-        let eq = !(((t & !HI) + !HI) | t) & HI;
-        if eq != 0 {
-            return Some(i + (eq.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    s.get(i..)?.iter().position(|&b| b == c).map(|k| i + k)
-}
-
-/// One element of a compact body array at `i`: a number 0..=255 in strict JSON syntax followed
-/// by a separator byte. Returns the value, the separator's index and the separator, or `None`
-/// when the bytes are not such an element (or fewer than 4 bytes remain).
-#[inline(always)]
-fn compact_element(s: &[u8], i: usize) -> Option<(u8, usize, u8)> {
-    let w = s.get(i..i + 4)?;
-    let d0 = w[0].wrapping_sub(b'0') as u32;
-    let d1 = w[1].wrapping_sub(b'0') as u32;
-    let d2 = w[2].wrapping_sub(b'0') as u32;
-    // Digit count and value without branches: random bodies make the count unpredictable,
-    // and a mispredicted branch per byte costs more than the arithmetic.
-    let two = (d1 <= 9) as u32;
-    let three = two & (d2 <= 9) as u32;
-    let v2 = d0 * 10 + d1;
-    let v3 = v2 * 10 + d2;
-    let mut v = d0 ^ ((d0 ^ v2) & two.wrapping_neg());
-    v ^= (v ^ v3) & three.wrapping_neg();
-    let len = (1 + two + three) as usize;
-    if (d0 > 9) | ((d0 == 0) & (two == 1)) | (v > 255) {
-        return None;
-    }
-    Some((v as u8, i + len, w[len & 3]))
-}
-
-/// Parses a compact body array (`[1,22,255]`, no whitespace) whose first element starts at `a`.
-/// Returns the bytes and the index after `]`, or `None` when the array is not in this form
-/// (the general parser then decides).
-///
-/// Parsing one number depends on the previous number's length, a serial chain of a few cycles
-/// per byte; the array is therefore split at a comma near its middle and both halves are parsed
-/// in the same loop, two independent chains.
-fn parse_compact(s: &[u8], a: usize) -> Option<(Vec<u8>, usize)> {
-    let end = find_byte(s, a, b']')?;
-    // Chain A: [a, split] where s[split] is a comma; chain B: (split, end].
-    let split = if end - a >= 64 {
-        find_byte(&s[..end], a + (end - a) / 2, b',')
-    } else {
-        None
-    };
-    let (mut ia, a_end, mut ib) = match split {
-        Some(m) => (a, m, m + 1),
-        None => (a, a, a), // chain A empty
-    };
-    // Every element takes at least two characters (a digit and a separator), which bounds each
-    // chain's count; both write into one buffer, B after A's bound, then B is moved down.
-    let cap_a = if split.is_some() {
-        let chars_a = a_end + 1 - a;
-        chars_a / 2 + 1
-    } else {
-        0
-    };
-    let cap_b = (end + 1 - ib) / 2 + 1;
-    let mut buf = vec![0u8; cap_a + cap_b];
-    let (da, db) = buf.split_at_mut(cap_a);
-    let (mut ka, mut kb) = (0usize, 0usize);
-    let mut b_done = false;
-    // Both chains, interleaved.
-    while ia < a_end && !b_done {
-        let (va, sa, ca) = compact_element(s, ia)?;
-        let (vb, sb, cb) = compact_element(s, ib)?;
-        if ca != b',' || sa > a_end {
-            return None;
-        }
-        *da.get_mut(ka)? = va;
-        ka += 1;
-        ia = sa + 1;
-        *db.get_mut(kb)? = vb;
-        kb += 1;
-        ib = sb + 1;
-        if cb != b',' {
-            if cb != b']' || sb != end {
-                return None;
-            }
-            b_done = true;
-        }
-    }
-    while ia < a_end {
-        let (va, sa, ca) = compact_element(s, ia)?;
-        if ca != b',' || sa > a_end {
-            return None;
-        }
-        *da.get_mut(ka)? = va;
-        ka += 1;
-        ia = sa + 1;
-    }
-    while !b_done {
-        let (vb, sb, cb) = compact_element(s, ib)?;
-        *db.get_mut(kb)? = vb;
-        kb += 1;
-        ib = sb + 1;
-        if cb != b',' {
-            if cb != b']' || sb != end {
-                return None;
-            }
-            b_done = true;
-        }
-    }
-    if ia != a_end + usize::from(split.is_some()) {
-        return None;
-    }
-    buf.copy_within(cap_a..cap_a + kb, ka);
-    buf.truncate(ka + kb);
-    buf.shrink_to_fit();
-    Some((buf, end + 1))
 }
 
 /// Parses the body value at `i`: `null`, or an array of JSON integers 0..=255 (strict JSON

@@ -31,6 +31,7 @@
 //!   41 tables/arrays inside each other always read back; deeper ones are written but fail to
 //!   read.
 
+mod body;
 mod codec;
 mod json;
 #[cfg(test)]

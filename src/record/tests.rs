@@ -771,3 +771,151 @@ fn absent_and_empty_headers_restore_as_absent() {
     assert!(json.starts_with(b"{\"body\":null,"));
     assert_eq!(decode_record(&json).unwrap().to_amqp(), p);
 }
+
+/// Bodies for the property tests: random lengths up to 70,000 with every byte value, and runs
+/// that make every element the same length (1, 2 or 3 digits) or mix them in long stretches.
+fn property_body(rng: &mut Rng) -> Vec<u8> {
+    let len = match rng.below(8) {
+        0 => rng.below(40) as usize,
+        1..=3 => rng.below(2000) as usize,
+        _ => rng.below(70_001) as usize,
+    };
+    let kind = rng.below(6);
+    (0..len)
+        .map(|_| {
+            let x = rng.next() as u8;
+            match kind {
+                0 => x % 10,
+                1 => 10 + x % 90,
+                2 => 100 + x % 156,
+                3 => [0, 9, 10, 99, 100, 255][x as usize % 6],
+                _ => x,
+            }
+        })
+        .collect()
+}
+
+/// Property test: random records (random headers and properties, bodies from
+/// [`property_body`]) encode to exactly `serde_json::to_vec` and decode to exactly
+/// `serde_json::from_slice`; the scalar and SIMD body paths agree.
+#[test]
+fn random_records_agree_with_serde_json() {
+    let mut rng = Rng(0x5EED_C0DE);
+    let mut buf = Vec::new();
+    for n in 0..160 {
+        let mut rec = rng.record();
+        rec.body = property_body(&mut rng);
+        buf.clear();
+        encode_record(&rec, &mut buf);
+        let reference = serde_json::to_vec(&rec).unwrap();
+        assert!(buf == reference, "record {n} differs from serde_json");
+        for simd in [false, true] {
+            let mut body = Vec::new();
+            body::write_body_with(&rec.body, &mut body, simd);
+            assert!(reference[8..].starts_with(&body), "record {n}, simd {simd}");
+            if !rec.body.is_empty() {
+                let (parsed, end) = body::parse_compact_with(&reference, 9, simd).unwrap();
+                assert!(parsed == rec.body, "record {n}, simd {simd}");
+                assert_eq!(end, 8 + body.len());
+            }
+        }
+        let back = decode_record(&buf).unwrap();
+        assert_eq!(back, serde_json::from_slice::<BackupRecord>(&buf).unwrap());
+        assert_eq!(back, rec, "record {n}");
+    }
+}
+
+/// Hostile bodies: the compact text of a long random body with one element replaced by
+/// something serde_json may or may not accept (whitespace, out-of-range or non-integer
+/// numbers, leading zeros, nested arrays, missing or extra separators), or the record cut
+/// short. `decode_record` and both body paths must accept exactly what serde_json accepts.
+#[test]
+fn hostile_bodies_agree_with_serde_json() {
+    const SUBSTITUTES: &[&str] = &[
+        " 7", "7 ", "\n1\t", "256", "999", "1000", "2555", "-0", "-1", "1e2", "1E0", "1.0", "0.5",
+        "01", "00", "007", "0", "255", "", "[1]", "[]", "[", "]", "1,", ",1", "1 ,2", "null",
+        "\"1\"", "+1", "0x1", "١",
+    ];
+    let mut rng = Rng(0xBAD_B0D1);
+    let mut accepted = 0;
+    for n in 0..600 {
+        let mut rec = sample_record();
+        let len = 1 + rng.below(if n % 3 == 0 { 70_000 } else { 3000 }) as usize;
+        rec.body = rng.bytes(len);
+        let mut items: Vec<String> = rec.body.iter().map(|b| b.to_string()).collect();
+        let at = rng.below(len as u64) as usize;
+        let sub = SUBSTITUTES[rng.below(SUBSTITUTES.len() as u64) as usize];
+        items[at] = sub.to_string();
+        let body_text = if rng.chance(3) {
+            "[]".to_string()
+        } else {
+            format!("[{}]", items.join(","))
+        };
+        let compact = String::from_utf8(encode(&rec)).unwrap();
+        let body_end = compact.find(",\"properties\"").unwrap();
+        let mut json = format!("{{\"body\":{}{}", body_text, &compact[body_end..]).into_bytes();
+        if rng.chance(5) {
+            json.truncate(rng.below(json.len() as u64) as usize);
+        }
+        let ours = decode_record(&json);
+        let reference = serde_json::from_slice::<BackupRecord>(&json);
+        match (&ours, &reference) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a, b, "case {n}: {sub:?} at {at} of {len}");
+                accepted += 1;
+            }
+            (Err(_), Err(_)) => {}
+            _ => panic!(
+                "case {n}: {sub:?} at {at} of {len}: ours {:?} vs serde_json {:?}",
+                ours.is_ok(),
+                reference.is_ok()
+            ),
+        }
+        if json.len() > 9 {
+            let scalar = body::parse_compact_with(&json, 9, false);
+            let simd = body::parse_compact_with(&json, 9, true);
+            assert_eq!(scalar, simd, "case {n}: {sub:?} at {at} of {len}");
+            if let (Some((bytes, _)), Ok(b)) = (&scalar, &reference) {
+                assert_eq!(bytes, &b.body, "case {n}");
+            }
+        }
+    }
+    assert!(accepted > 50, "some substitutes are valid: {accepted}");
+}
+
+/// Small cases of the body codec on both paths, cheap enough for Miri (`cargo +nightly miri
+/// test --lib record::tests::body_codec`; with `RUSTFLAGS=-Ctarget-feature=+ssse3` Miri also
+/// runs the SSSE3 path, which it otherwise sees as absent).
+#[test]
+fn body_codec_small_cases_both_paths() {
+    let mut rng = Rng(0x3141);
+    for len in (0..80).chain([150, 300]) {
+        let body: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let reference = if body.is_empty() {
+            "null".to_string()
+        } else {
+            let items: Vec<String> = body.iter().map(|b| b.to_string()).collect();
+            format!("[{}]", items.join(","))
+        };
+        for simd in [false, true] {
+            let mut out = b"{\"body\":".to_vec();
+            body::write_body_with(&body, &mut out, simd);
+            assert_eq!(&out[8..], reference.as_bytes(), "len {len}, simd {simd}");
+            out.extend_from_slice(b",\"x\":0}");
+            let parsed = body::parse_compact_with(&out, 9, simd);
+            if body.is_empty() {
+                continue;
+            }
+            assert_eq!(parsed, Some((body.clone(), 8 + reference.len())));
+            // One element made invalid: both paths refuse the compact form.
+            let at = 9 + rng.below(reference.len() as u64 - 2) as usize;
+            let mut bad = out.clone();
+            bad[at] = b"x -.e0"[rng.below(6) as usize];
+            let (scalar, fast) = (
+                body::parse_compact_with(&bad, 9, false),
+                body::parse_compact_with(&bad, 9, true),
+            );
+            assert_eq!(scalar, fast, "len {len}: {}", String::from_utf8_lossy(&bad));
+        }
+    }
+}
