@@ -17,9 +17,9 @@
 //! larger of what the API says is unacknowledged and what it counts in all beyond the broker's
 //! live ready count. A queue declared less than a statistics interval ago has no counts at
 //! all: when an earlier run of this backup may still hold messages (`super::earlier_run`),
-//! its read waits until they are there, and closes that run's connections while it waits. (A quorum queue of 5,000
-//! messages, declared, read by a run and that run stopped, all within 5 s: its rerun saw
-//! 0 ready, no consumer, and no statistics, and backed up 0 of 5,000.)
+//! its read waits until they are there, and closes that run's connections while it waits.
+//! (A quorum queue of 5,000 messages, declared, read by a run and that run stopped, all within
+//! 5 s: its rerun saw 0 ready, no consumer, and no statistics, and backed up 0 of 5,000.)
 
 use super::QueueContext;
 use crate::amqp::Channel;
