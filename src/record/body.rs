@@ -224,8 +224,9 @@ pub(super) fn parse_compact_with(s: &[u8], a: usize, simd: bool) -> Option<(Vec<
         from += cap;
         to += count;
     }
+    // Not shrunk: a reallocation would copy the whole body again (the spare capacity, about
+    // 0.8 of the body for random bytes, lives only as long as the record).
     buf.truncate(to);
-    buf.shrink_to_fit();
     Some((buf, end + 1))
 }
 
