@@ -68,10 +68,13 @@ fn manifest_json(store: &Path, id: &str) -> serde_json::Value {
 /// Segment files of `queue` in the filesystem store.
 fn segment_files(store: &Path, id: &str, vhost: &str, queue: &str) -> Vec<String> {
     let dir = store.join(id).join("queues").join(vhost).join(queue);
+    // A SIGKILL during a write leaves its `<name>.partial-<pid>-<n>` file, which the storage
+    // never lists or reads (src/storage/filesystem.rs); only finished files are segments.
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| !name.contains(".partial-"))
                 .collect()
         })
         .unwrap_or_default();
