@@ -265,15 +265,7 @@ impl ManagementClient {
     /// an error.
     pub fn delete_vhost(&self, name: &str) -> Result<()> {
         let path = format!("/api/vhosts/{}", encode_segment(name));
-        self.request(
-            Method::Delete,
-            &path,
-            None,
-            None,
-            REQUEST_TIMEOUT,
-            Some(404),
-        )?;
-        Ok(())
+        self.delete(&path)
     }
 
     /// Declares a queue (`PUT /api/queues/{vhost}/{name}` with `durable`, `auto_delete: false` and
@@ -317,15 +309,7 @@ impl ManagementClient {
             encode_segment(vhost),
             encode_segment(name)
         );
-        self.request(
-            Method::Delete,
-            &path,
-            None,
-            None,
-            REQUEST_TIMEOUT,
-            Some(404),
-        )?;
-        Ok(())
+        self.delete(&path)
     }
 
     /// Grants `user` full permissions (configure, write and read `.*`) on `vhost`

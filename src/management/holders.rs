@@ -162,14 +162,6 @@ impl ManagementClient {
     /// user may not close it).
     pub fn close_connection(&self, name: &str) -> Result<()> {
         let path = format!("/api/connections/{}", encode_segment(name));
-        self.request(
-            super::Method::Delete,
-            &path,
-            None,
-            None,
-            super::REQUEST_TIMEOUT,
-            Some(404),
-        )?;
-        Ok(())
+        self.delete(&path)
     }
 }

@@ -391,6 +391,12 @@ impl ManagementClient {
     }
 
     /// GET returning parsed JSON.
+    /// `DELETE path`; a 404 (already gone) is not an error. Errors: see [`Self::request`].
+    fn delete(&self, path: &str) -> Result<()> {
+        self.request(Method::Delete, path, None, None, REQUEST_TIMEOUT, Some(404))?;
+        Ok(())
+    }
+
     fn get_json<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
