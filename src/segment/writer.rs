@@ -195,10 +195,14 @@ mod worker_budget {
 
     static IN_USE: AtomicU32 = AtomicU32::new(0);
 
+    /// Computed once: `available_parallelism` reads cgroup files on Linux.
     fn budget() -> u32 {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-        let forced = super::zstd_workers(0);
-        cores.min(8).max(forced.saturating_mul(8).min(64))
+        static BUDGET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        *BUDGET.get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+            let forced = super::zstd_workers(0);
+            cores.min(8).max(forced.saturating_mul(8).min(64))
+        })
     }
 
     /// Takes up to `want` workers from the budget; returns how many it took (maybe 0: the
