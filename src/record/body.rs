@@ -202,8 +202,8 @@ pub(super) fn parse_compact_with(s: &[u8], a: usize, simd: bool) -> Option<(Vec<
         });
     }
     #[cfg(target_arch = "x86_64")]
-    if simd && simd::available() {
-        simd::decode(s, &mut chains);
+    if simd && simd::available() && !simd::decode(s, &mut chains) {
+        return None;
     }
     // What is left of each chain, one element per chain per round.
     match chains.as_mut_slice() {
@@ -382,13 +382,20 @@ mod simd {
     }
 
     /// Decoding of four elements whose lengths are l0..l3 (1..=3), indexed by
-    /// `l0 | l1 << 2 | l2 << 4 | l3 << 6`: the shuffle that moves each element's digits into
-    /// 4-byte lanes `[0, h, t, o]` (absent digits 0), and the start positions of elements of two
-    /// or more digits (a '0' there is a leading zero) with bit 31 set when some length is 0
-    /// (not four elements).
+    /// `l0 | l1 << 2 | l2 << 4 | l3 << 6`, as four vectors (one cache line):
+    /// - `shuf`: moves each element's digits into 4-byte lanes `[0, h, t, o]` (absent digits 0);
+    /// - `span`: 0xFF on the bytes of the four elements and their commas (each must be a digit
+    ///   or a comma);
+    /// - `lead`: 0xFF on the first digit of each element of two or more digits (a '0' there is
+    ///   a leading zero);
+    /// - `limit`: the largest value a lane may hold, 255, or -1 for an index with a zero length
+    ///   (not four elements), so that every value exceeds it.
+    #[repr(C, align(64))]
     struct DecPattern {
         shuf: [u8; 16],
-        multi: u32,
+        span: [u8; 16],
+        lead: [u8; 16],
+        limit: [i32; 4],
     }
 
     static DEC_PAT: [DecPattern; 256] = build_dec_pat();
@@ -397,7 +404,9 @@ mod simd {
         let mut t = [const {
             DecPattern {
                 shuf: [0x80; 16],
-                multi: 1 << 31,
+                span: [0; 16],
+                lead: [0; 16],
+                limit: [-1; 4],
             }
         }; 256];
         let mut idx = 0;
@@ -417,14 +426,24 @@ mod simd {
                     t[idx].shuf[4 * i + 3 - k] = (start + len - 1 - k) as u8;
                     k += 1;
                 }
+                // The element's digits and its comma.
+                let mut b = start;
+                while b <= start + len {
+                    t[idx].span[b] = 0xFF;
+                    b += 1;
+                }
                 if len >= 2 {
-                    t[idx].multi |= 1 << start;
+                    t[idx].lead[start] = 0xFF;
                 }
                 start += len + 1;
                 i += 1;
             }
             if ok {
-                t[idx].multi &= !(1 << 31);
+                t[idx].limit = [255; 4];
+            } else {
+                t[idx].shuf = [0x80; 16];
+                t[idx].span = [0; 16];
+                t[idx].lead = [0; 16];
             }
             idx += 1;
         }
@@ -461,43 +480,79 @@ mod simd {
         t
     }
 
-    /// Parses whole groups of four compact elements, each followed by a comma, from the start
-    /// of every chain, one group per chain per round. Each chain stops at the first group that
-    /// is not exactly that (the scalar loop then continues from there and decides).
-    pub(super) fn decode(s: &[u8], chains: &mut [Chain]) {
+    /// Parses groups of four elements, each followed by a comma, from the start of every
+    /// chain, one group per chain per round. Each chain stops before a window without four
+    /// commas or whose fourth comma is not before the chain's `last` (the scalar loop then
+    /// continues from there). Returns false when some group parsed was not four compact numbers
+    /// 0..=255 (the bytes written are then meaningless and the array is not compact).
+    ///
+    /// What a group is checked for is gathered in one vector and tested once at the end, so
+    /// that a step has no branch but the one that ends the chain.
+    pub(super) fn decode(s: &[u8], chains: &mut [Chain]) -> bool {
         // SAFETY: `available()` was true (the caller checks): the CPU has SSSE3.
         unsafe { decode_ssse3(s, chains) }
     }
 
     #[target_feature(enable = "ssse3")]
-    fn decode_ssse3(s: &[u8], chains: &mut [Chain]) {
+    fn decode_ssse3(s: &[u8], chains: &mut [Chain]) -> bool {
+        let mut bad = _mm_setzero_si128();
         if let [a, b, c, d] = chains {
-            run4(s, [a, b, c, d]);
+            run4(s, [a, b, c, d], &mut bad);
         } else if let [a, b] = chains {
-            run4(s, [a, b]);
+            run4(s, [a, b], &mut bad);
         } else {
-            chains.iter_mut().for_each(|c| run4(s, [c]));
+            chains.iter_mut().for_each(|c| run4(s, [c], &mut bad));
         }
+        _mm_movemask_epi8(bad) == 0
     }
 
     /// Steps the `N` chains in turn until each has stopped. Positions, counts and outputs are
     /// copied to locals so that they stay in registers (the loop over `0..N` is unrolled).
     #[inline]
     #[target_feature(enable = "ssse3")]
-    fn run4<const N: usize>(s: &[u8], chains: [&mut Chain; N]) {
+    fn run4<const N: usize>(s: &[u8], chains: [&mut Chain; N], bad: &mut __m128i) {
         let mut p = [0usize; N];
         let mut k = [0usize; N];
         let mut last = [0usize; N];
         for (j, c) in chains.iter().enumerate() {
             (p[j], k[j], last[j]) = (c.p, c.k, c.last);
         }
-        let mut on = [true; N];
         let mut outs = chains.map(|c| c);
+        let mut acc = *bad;
+        // While every chain has 16 bytes before its `last`, a group is always whole and inside
+        // the chain (each step advances 16 bytes at most): no test but the count. What a step
+        // could not parse goes into `acc` (a window without four commas selects an invalid
+        // pattern).
+        loop {
+            let mut rounds = usize::MAX;
+            for j in 0..N {
+                rounds = rounds.min(last[j].saturating_sub(p[j]) / 16);
+            }
+            if rounds == 0 {
+                break;
+            }
+            for _ in 0..rounds {
+                for j in 0..N {
+                    let (vals, next) = group(s, p[j], &mut acc);
+                    let Some(dst) = outs[j].out.get_mut(k[j]..k[j] + 4) else {
+                        // Not reached: each group takes at least 8 bytes of a chain's text
+                        // and the chain's output has room for one byte per 2 bytes.
+                        *bad = _mm_set1_epi8(-1);
+                        return;
+                    };
+                    dst.copy_from_slice(&vals.to_le_bytes());
+                    p[j] = next;
+                    k[j] += 4;
+                }
+            }
+        }
+        // The rest, a step at a time with the ends tested.
+        let mut on = [true; N];
         loop {
             let mut any = false;
             for j in 0..N {
                 if on[j] {
-                    let (vals, next) = step4(s, p[j], last[j]);
+                    let (vals, next) = step4(s, p[j], last[j], &mut acc);
                     match outs[j].out.get_mut(k[j]..k[j] + 4) {
                         Some(dst) if next != 0 => {
                             dst.copy_from_slice(&vals.to_le_bytes());
@@ -513,52 +568,97 @@ mod simd {
                 break;
             }
         }
+        *bad = acc;
         for (j, c) in outs.iter_mut().enumerate() {
             (c.p, c.k) = (p[j], k[j]);
         }
     }
 
-    /// Parses the four elements at `p` if they are 1 to 3 digit numbers 0..=255 without
-    /// leading zeros, each followed by a comma before `last`. Returns their bytes and the
-    /// start of the next element, or `(0, 0)` when they are not that.
+    /// Parses the four elements at `p` when the 16 bytes there hold four commas, the fourth
+    /// before `last`: returns their bytes and the start of the next element, or `(0, 0)`
+    /// (nothing parsed). Sets bytes of `bad` unless the four are 1 to 3 digit numbers 0..=255
+    /// without leading zeros.
     #[inline]
     #[target_feature(enable = "ssse3")]
-    fn step4(s: &[u8], p: usize, last: usize) -> (u32, usize) {
+    fn step4(s: &[u8], p: usize, last: usize, bad: &mut __m128i) -> (u32, usize) {
         let Some(w) = s.get(p..p + 16) else {
             return (0, 0);
         };
         // SAFETY: `w` is 16 readable bytes; loadu has no alignment requirement.
         let v = unsafe { _mm_loadu_si128(w.as_ptr().cast()) };
-        let m = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b',' as i8))) as u32;
-        // The first four commas: positions c0..c3.
-        let m1 = m & m.wrapping_sub(1);
-        let m2 = m1 & m1.wrapping_sub(1);
-        let m3 = m2 & m2.wrapping_sub(1);
-        if m3 == 0 {
+        let m = comma_mask(v);
+        // The fourth comma.
+        let m3 = clear_lowest(clear_lowest(clear_lowest(m)));
+        if m3 == 0 || p + m3.trailing_zeros() as usize >= last {
             return (0, 0);
         }
-        let c3 = m3.trailing_zeros();
+        parse4(v, m, p, bad)
+    }
+
+    /// [`step4`] for a window known to end before the chain's `last`: the four elements are
+    /// parsed whatever they are. A window without four commas is parsed as the first 16 bytes
+    /// and sets `bad` (its comma positions select an invalid pattern).
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    fn group(s: &[u8], p: usize, bad: &mut __m128i) -> (u32, usize) {
+        let Some(w) = s.get(p..p + 16) else {
+            *bad = _mm_set1_epi8(-1);
+            return (0, p + 16);
+        };
+        // SAFETY: `w` is 16 readable bytes; loadu has no alignment requirement.
+        let v = unsafe { _mm_loadu_si128(w.as_ptr().cast()) };
+        parse4(v, comma_mask(v), p, bad)
+    }
+
+    /// Bit i set when byte i of `v` is a comma.
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    fn comma_mask(v: __m128i) -> u32 {
+        _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b',' as i8))) as u32
+    }
+
+    #[inline(always)]
+    fn clear_lowest(m: u32) -> u32 {
+        m & m.wrapping_sub(1)
+    }
+
+    /// The four elements of window `v` (at `p`, comma mask `m`): their bytes and the start of
+    /// the next element; bytes of `bad` set when they are not four compact numbers 0..=255.
+    /// With fewer than four commas, the group is taken to end at byte 15 (and is bad).
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    fn parse4(v: __m128i, m: u32, p: usize, bad: &mut __m128i) -> (u32, usize) {
+        let m3 = clear_lowest(clear_lowest(clear_lowest(m))) | 1 << 15;
+        let c3 = m3.trailing_zeros() as usize;
         let span = m3 ^ (m3 - 1); // bits 0..=c3
+        let comma = _mm_cmpeq_epi8(v, _mm_set1_epi8(b',' as i8));
         let pat = &DEC_PAT[DEC_IDX[(m & span) as usize] as usize];
+        // SAFETY: the pattern's fields are 16 readable bytes each.
+        let (shuf, in_span, lead, limit) = unsafe {
+            (
+                _mm_loadu_si128(pat.shuf.as_ptr().cast()),
+                _mm_loadu_si128(pat.span.as_ptr().cast()),
+                _mm_loadu_si128(pat.lead.as_ptr().cast()),
+                _mm_loadu_si128(pat.limit.as_ptr().cast()),
+            )
+        };
         let d = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
-        let nine = _mm_set1_epi8(9);
-        let digit = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(d, nine), d)) as u32;
-        let zero = _mm_movemask_epi8(_mm_cmpeq_epi8(d, _mm_setzero_si128())) as u32;
-        // SAFETY: `pat.shuf` is 16 readable bytes.
-        let shuf = unsafe { _mm_loadu_si128(pat.shuf.as_ptr().cast()) };
+        let digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
+        let zero = _mm_cmpeq_epi8(d, _mm_setzero_si128());
         let lanes = _mm_shuffle_epi8(d, shuf);
         let weights = _mm_set1_epi32(i32::from_le_bytes([0, 100, 10, 1]));
         let pairs = _mm_maddubs_epi16(lanes, weights);
         let vals = _mm_madd_epi16(pairs, _mm_set1_epi16(1));
-        let big = _mm_movemask_epi8(_mm_cmpgt_epi32(vals, _mm_set1_epi32(255)));
-        let ok = (digit | m) & span == span
-            && (zero | 1 << 31) & pat.multi == 0
-            && big == 0
-            && p + (c3 as usize) < last;
-        if !ok {
-            return (0, 0);
-        }
+        // A byte of the four that is neither a digit nor a comma, a leading zero, a value over
+        // 255 (or any value, for comma positions that are not four elements of 1 to 3 digits).
+        let not_text = _mm_andnot_si128(_mm_or_si128(digit, comma), in_span);
+        let leading_zero = _mm_and_si128(zero, lead);
+        let too_big = _mm_cmpgt_epi32(vals, limit);
+        *bad = _mm_or_si128(
+            *bad,
+            _mm_or_si128(not_text, _mm_or_si128(leading_zero, too_big)),
+        );
         let packed = _mm_packus_epi16(_mm_packs_epi32(vals, vals), _mm_setzero_si128());
-        (_mm_cvtsi128_si32(packed) as u32, p + c3 as usize + 1)
+        (_mm_cvtsi128_si32(packed) as u32, p + c3 + 1)
     }
 }

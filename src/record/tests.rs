@@ -883,6 +883,67 @@ fn hostile_bodies_agree_with_serde_json() {
     assert!(accepted > 50, "some substitutes are valid: {accepted}");
 }
 
+/// Every hostile substitute at the places the SIMD decoder treats differently: the first and
+/// last elements, around each quarter (where the array is split into chains), and inside the
+/// long stretches parsed without end tests. Both body paths and `decode_record` must agree with
+/// serde_json.
+#[test]
+fn hostile_elements_at_chain_edges_agree_with_serde_json() {
+    const SUBSTITUTES: &[&str] = &[
+        " 7", "7 ", "256", "1000", "-1", "1.0", "01", "00", "", "[1]", "1 ,2", "null", "x", "0",
+        "255",
+    ];
+    let mut rng = Rng(0xED6E);
+    let len = 4000;
+    let base = rng.bytes(len);
+    let mut places: Vec<usize> = vec![
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+        len - 5,
+        len - 4,
+        len - 3,
+        len - 2,
+        len - 1,
+    ];
+    for q in 1..4 {
+        places.extend((len * q / 4 - 3)..(len * q / 4 + 4));
+    }
+    places.extend((0..40).map(|_| rng.below(len as u64) as usize));
+    let mut rec = sample_record();
+    rec.body = base.clone();
+    let compact = String::from_utf8(encode(&rec)).unwrap();
+    let body_end = compact.find(",\"properties\"").unwrap();
+    for &at in &places {
+        for sub in SUBSTITUTES {
+            let mut items: Vec<String> = base.iter().map(|b| b.to_string()).collect();
+            items[at] = sub.to_string();
+            let json = format!("{{\"body\":[{}]{}", items.join(","), &compact[body_end..]);
+            let json = json.as_bytes();
+            let reference = serde_json::from_slice::<BackupRecord>(json);
+            let ours = decode_record(json);
+            match (&ours, &reference) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{sub:?} at {at}"),
+                (Err(_), Err(_)) => {}
+                _ => panic!(
+                    "{sub:?} at {at}: ours {:?}, serde_json {:?}",
+                    ours.is_ok(),
+                    reference.is_ok()
+                ),
+            }
+            let scalar = body::parse_compact_with(json, 9, false);
+            let simd = body::parse_compact_with(json, 9, true);
+            assert_eq!(scalar, simd, "{sub:?} at {at}");
+            if let (Some((bytes, _)), Ok(b)) = (&scalar, &reference) {
+                assert_eq!(bytes, &b.body, "{sub:?} at {at}");
+            }
+        }
+    }
+}
+
 /// Small cases of the body codec on both paths, cheap enough for Miri (`cargo +nightly miri
 /// test --lib record::tests::body_codec`; with `RUSTFLAGS=-Ctarget-feature=+ssse3` Miri also
 /// runs the SSSE3 path, which it otherwise sees as absent).
