@@ -14,6 +14,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Deliveries handed over from one read below which the reader waits [`COALESCE_WAIT`]
+/// before reading again. Measured on 2 cores, 100,000 x 1 KiB from a classic queue: the
+/// broker's frames arrived 1-2 deliveries per read, 121,000 context switches per backup
+/// (each read a sleep and a wake of this thread and of the consumer's).
+const COALESCE_BELOW: usize = 16;
+/// How long the reader lets deliveries gather after a small batch (at most this much added to
+/// the wait for a delivery; the socket's receive buffer holds what arrives meanwhile).
+const COALESCE_WAIT: std::time::Duration = std::time::Duration::from_micros(500);
+
 pub(super) fn protocol_error(shared: &ConnShared, detail: impl std::fmt::Display) -> Error {
     shared.lost(format_args!("protocol error: {detail}"))
 }
@@ -68,7 +77,12 @@ impl ReaderState {
     pub(super) fn read_loop(&mut self, frames: &mut FrameReader) -> Result<Exit> {
         loop {
             if !self.pending.is_empty() && !frames.has_complete_frame() {
+                let handed: usize = self.pending.iter().map(|(_, batch, _)| batch.len()).sum();
                 self.flush_all()?;
+                if handed < COALESCE_BELOW {
+                    // Deliveries come in dribbles: let more arrive before the next read.
+                    std::thread::sleep(COALESCE_WAIT);
+                }
             }
             match frames.next_frame() {
                 Ok(Some(f)) => {
