@@ -102,15 +102,17 @@ fn skip_ws(s: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// Walks the top-level object and parses its `body` member. Returns the body and the span of its
-/// value, or `None` when the fast path does not apply (the caller then uses serde_json alone).
+/// Walks the top-level object to its `body` member and parses it. Returns the body and the
+/// span of its value, or `None` when the fast path does not apply (the caller then uses
+/// serde_json alone). What follows the body is not walked: the caller has serde_json parse
+/// the record with this value replaced by null, which reports what is wrong there (a second
+/// `body` included).
 fn locate_body(s: &[u8]) -> Option<(Vec<u8>, usize, usize)> {
     let mut i = skip_ws(s, 0);
     if *s.get(i)? != b'{' {
         return None;
     }
     i = skip_ws(s, i + 1);
-    let mut found: Option<(Vec<u8>, usize, usize)> = None;
     loop {
         // Key: a string without escapes (anything else goes to serde_json).
         if *s.get(i)? != b'"' {
@@ -134,30 +136,15 @@ fn locate_body(s: &[u8]) -> Option<(Vec<u8>, usize, usize)> {
         }
         i = skip_ws(s, i + 1);
         if &s[ks..ke] == b"body" {
-            if found.is_some() {
-                return None; // duplicate key: serde_json reports it
-            }
-            let vstart = i;
             let (body, vend) = parse_body_value(s, i)?;
-            found = Some((body, vstart, vend));
-            i = vend;
-        } else {
-            i = skip_value(s, i)?;
+            return Some((body, i, vend));
         }
-        i = skip_ws(s, i);
-        match *s.get(i)? {
-            b',' => i = skip_ws(s, i + 1),
-            b'}' => {
-                i += 1;
-                break;
-            }
-            _ => return None,
+        i = skip_ws(s, skip_value(s, i)?);
+        if *s.get(i)? != b',' {
+            return None; // the object ends (or is broken) without a body
         }
+        i = skip_ws(s, i + 1);
     }
-    if skip_ws(s, i) != s.len() {
-        return None;
-    }
-    found
 }
 
 /// Skips one JSON value starting at `i` (no whitespace before it). Validation is left to

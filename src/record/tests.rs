@@ -489,6 +489,10 @@ fn decode_rejects_what_serde_json_rejects() {
     }
     let dup = base.replacen("\"properties\"", "\"body\":[1],\"properties\"", 1);
     assert!(decode_record(dup.as_bytes()).is_err());
+    // A second body after the first, spelled with an escape: serde_json's duplicate still.
+    let dup = base.replacen("\"properties\"", "\"b\\u006fdy\":[1],\"properties\"", 1);
+    assert!(serde_json::from_str::<BackupRecord>(&dup).is_err());
+    assert!(decode_record(dup.as_bytes()).is_err());
     for bad in [
         "",
         "{",
