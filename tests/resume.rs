@@ -545,7 +545,14 @@ fn a_restore_killed_with_sigkill_resumes_after_its_last_checkpoint() {
         expected.len(),
         "{duplicates} duplicates expected"
     );
-    assert!(all == expected, "messages out of order or missing");
+    if let Some(at) = (0..all.len()).find(|&i| all[i] != expected[i]) {
+        let near = |v: &[i64]| v[at.saturating_sub(3)..(at + 4).min(v.len())].to_vec();
+        panic!(
+            "messages out of order or missing from position {at}: got {:?}, expected {:?}",
+            near(&all),
+            near(&expected)
+        );
+    }
 }
 
 /// An `s3_key` the storage refuses to write: the run fails with the storage's error, the

@@ -148,6 +148,26 @@ fn segment_readers(workers: usize) -> usize {
     }
 }
 
+/// The segments to read, in order, and how many in-window records to skip from the first of
+/// them: those in the time window, less the whole segments at the start of the `skip` records
+/// an earlier run published (only without a time window, where every record counts).
+pub(super) fn segments_to_read<'a>(
+    segments: &'a [SegmentMetadata],
+    opts: &RestoreOptions,
+    mut skip: u64,
+) -> (Vec<&'a SegmentMetadata>, u64) {
+    let windowless = opts.time_window_start.is_none() && opts.time_window_end.is_none();
+    let mut todo = Vec::new();
+    for segment in segments.iter().filter(|s| segment_in_window(s, opts)) {
+        if windowless && todo.is_empty() && skip >= segment.record_count {
+            skip -= segment.record_count;
+            continue;
+        }
+        todo.push(segment);
+    }
+    (todo, skip)
+}
+
 /// What a segment reader hands over: a chunk of raw records, or the end of a segment (an
 /// error ends the segment and the reader).
 enum Piece {
@@ -168,25 +188,13 @@ fn read_segments(
     storage: &dyn Storage,
     spool: &Path,
     backup: &QueueBackup,
-    mut skip: u64,
+    skip: u64,
     chunk_records: usize,
     readers: usize,
     keys: Option<&Identities>,
     hand_over: &mut dyn FnMut(Vec<Vec<u8>>, u64) -> Result<bool>,
 ) -> Result<()> {
-    let windowless = opts.time_window_start.is_none() && opts.time_window_end.is_none();
-    let mut todo = Vec::new();
-    for segment in backup
-        .segments
-        .iter()
-        .filter(|s| segment_in_window(s, opts))
-    {
-        if windowless && skip >= segment.record_count {
-            skip -= segment.record_count;
-            continue;
-        }
-        todo.push(segment);
-    }
+    let (todo, mut skip) = segments_to_read(&backup.segments, opts, skip);
     let readers = readers.clamp(1, todo.len().max(1));
     if readers == 1 {
         for segment in todo {

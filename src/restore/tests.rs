@@ -1,5 +1,5 @@
 use super::publish::RateLimiter;
-use super::segments::{in_window, segment_in_window};
+use super::segments::{in_window, segment_in_window, segments_to_read};
 use super::*;
 use crate::manifest::SegmentMetadata;
 
@@ -48,4 +48,39 @@ fn window_filters() {
     assert!(segment_in_window(&seg(150, 160), &opts));
     assert!(segment_in_window(&seg(200, 300), &opts));
     assert!(!segment_in_window(&seg(201, 300), &opts));
+}
+
+/// A resumed restore skips whole segments of the published prefix only up to the first one it
+/// reads; a short segment later (the last of a queue) is read whatever the rest of the skip.
+#[test]
+fn only_a_leading_run_of_segments_is_skipped_whole() {
+    let seg = |sequence, record_count| SegmentMetadata {
+        key: format!("s{sequence}"),
+        sequence,
+        record_count,
+        size_bytes: 1,
+        uncompressed_bytes: 1,
+        first_timestamp: None,
+        last_timestamp: None,
+        checksum: String::new(),
+        encryption: None,
+    };
+    let segments = [seg(1, 100), seg(2, 100), seg(3, 100), seg(4, 30)];
+    let keys = |skip| {
+        let (todo, rest) = segments_to_read(&segments, &RestoreOptions::default(), skip);
+        (todo.iter().map(|s| s.key.clone()).collect::<Vec<_>>(), rest)
+    };
+    assert_eq!(
+        keys(0),
+        (vec!["s1".into(), "s2".into(), "s3".into(), "s4".into()], 0)
+    );
+    assert_eq!(keys(137), (vec!["s2".into(), "s3".into(), "s4".into()], 37));
+    assert_eq!(keys(200), (vec!["s3".into(), "s4".into()], 0));
+    assert_eq!(keys(330), (vec![], 0));
+    // With a time window every segment in it is read and Forward skips record by record.
+    let windowed = RestoreOptions {
+        time_window_start: Some(0),
+        ..Default::default()
+    };
+    assert_eq!(segments_to_read(&segments, &windowed, 137).0.len(), 4);
 }
