@@ -535,8 +535,9 @@ mod simd {
                 for j in 0..N {
                     let (vals, next) = group(s, p[j], &mut acc);
                     let Some(dst) = outs[j].out.get_mut(k[j]..k[j] + 4) else {
-                        // Not reached: each group takes at least 8 bytes of a chain's text
-                        // and the chain's output has room for one byte per 2 bytes.
+                        // Only text that is not compact numbers gets here (runs of commas):
+                        // a valid group takes at least 8 bytes of text for its 4 bytes, and a
+                        // chain's output has room for one byte per 2 bytes of text.
                         *bad = _mm_set1_epi8(-1);
                         return;
                     };

@@ -894,8 +894,22 @@ fn hostile_bodies_agree_with_serde_json() {
 #[test]
 fn hostile_elements_at_chain_edges_agree_with_serde_json() {
     const SUBSTITUTES: &[&str] = &[
-        " 7", "7 ", "256", "1000", "-1", "1.0", "01", "00", "", "[1]", "1 ,2", "null", "x", "0",
+        " 7",
+        "7 ",
+        "256",
+        "1000",
+        "-1",
+        "1.0",
+        "01",
+        "00",
+        "",
+        "[1]",
+        "1 ,2",
+        "null",
+        "x",
+        "0",
         "255",
+        ",,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,",
     ];
     let mut rng = Rng(0xED6E);
     let len = 4000;
@@ -945,6 +959,19 @@ fn hostile_elements_at_chain_edges_agree_with_serde_json() {
                 assert_eq!(bytes, &b.body, "{sub:?} at {at}");
             }
         }
+    }
+    // Arrays that are mostly commas: more elements than the chains' outputs have room for.
+    for text in [
+        format!("[1,{}1]", ",".repeat(4000)),
+        format!("[{}]", ",".repeat(4000)),
+        format!("[{}1]", "1,,,,".repeat(800)),
+    ] {
+        let json = format!("{{\"body\":{text}{}", &compact[body_end..]);
+        let json = json.as_bytes();
+        assert!(serde_json::from_slice::<BackupRecord>(json).is_err());
+        assert!(decode_record(json).is_err());
+        assert_eq!(body::parse_compact_with(json, 9, false), None);
+        assert_eq!(body::parse_compact_with(json, 9, true), None);
     }
 }
 
