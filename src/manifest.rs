@@ -133,6 +133,26 @@ pub struct SegmentMetadata {
     pub encryption: Option<String>,
 }
 
+#[cfg(test)]
+impl SegmentMetadata {
+    /// A segment for tests of what is derived from metadata alone: `key`, `sequence` and
+    /// `record_count` as given, 1 byte stored and uncompressed, no timestamps, checksum or
+    /// encryption.
+    pub(crate) fn example(key: String, sequence: u64, record_count: u64) -> SegmentMetadata {
+        SegmentMetadata {
+            key,
+            sequence,
+            record_count,
+            size_bytes: 1,
+            uncompressed_bytes: 1,
+            first_timestamp: None,
+            last_timestamp: None,
+            checksum: String::new(),
+            encryption: None,
+        }
+    }
+}
+
 impl QueueBackup {
     /// The entry of a queue whose `segments` (in sequence order) are stored: message count and
     /// first/last timestamps follow from them.

@@ -369,17 +369,11 @@ mod tests {
 
     fn stored(sequence: u64, offsets: Option<(u64, u64)>) -> StoredSegment {
         StoredSegment {
-            metadata: SegmentMetadata {
-                key: format!("b/queues/v/s/segment-{sequence:04}.zst"),
+            metadata: SegmentMetadata::example(
+                format!("b/queues/v/s/segment-{sequence:04}.zst"),
                 sequence,
-                record_count: 1,
-                size_bytes: 1,
-                uncompressed_bytes: 1,
-                first_timestamp: None,
-                last_timestamp: None,
-                checksum: String::new(),
-                encryption: None,
-            },
+                1,
+            ),
             offsets,
         }
     }

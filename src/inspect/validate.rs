@@ -421,16 +421,12 @@ mod tests {
     fn queue(kind: QueueType, sequences: &[u64]) -> manifest::QueueBackup {
         let segments = sequences
             .iter()
-            .map(|&sequence| manifest::SegmentMetadata {
-                key: format!("b/queues/v/q/segment-{sequence:04}.zst"),
-                sequence,
-                record_count: 1,
-                size_bytes: 1,
-                uncompressed_bytes: 1,
-                first_timestamp: None,
-                last_timestamp: None,
-                checksum: String::new(),
-                encryption: None,
+            .map(|&sequence| {
+                manifest::SegmentMetadata::example(
+                    format!("b/queues/v/q/segment-{sequence:04}.zst"),
+                    sequence,
+                    1,
+                )
             })
             .collect();
         manifest::QueueBackup::from_segments("v", "q", kind, segments)

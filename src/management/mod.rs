@@ -390,13 +390,13 @@ impl ManagementClient {
         Err(Error::Management(message))
     }
 
-    /// GET returning parsed JSON.
     /// `DELETE path`; a 404 (already gone) is not an error. Errors: see [`Self::request`].
     fn delete(&self, path: &str) -> Result<()> {
         self.request(Method::Delete, path, None, None, REQUEST_TIMEOUT, Some(404))?;
         Ok(())
     }
 
+    /// GET returning parsed JSON.
     fn get_json<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,

@@ -33,15 +33,9 @@ fn window_filters() {
     assert!(in_window(200, &opts));
     assert!(!in_window(201, &opts));
     let seg = |first, last| SegmentMetadata {
-        key: "k".into(),
-        sequence: 1,
-        record_count: 1,
-        size_bytes: 1,
-        uncompressed_bytes: 1,
         first_timestamp: Some(first),
         last_timestamp: Some(last),
-        checksum: String::new(),
-        encryption: None,
+        ..SegmentMetadata::example("k".into(), 1, 1)
     };
     assert!(!segment_in_window(&seg(10, 99), &opts));
     assert!(segment_in_window(&seg(10, 100), &opts));
@@ -54,16 +48,8 @@ fn window_filters() {
 /// reads; a short segment later (the last of a queue) is read whatever the rest of the skip.
 #[test]
 fn only_a_leading_run_of_segments_is_skipped_whole() {
-    let seg = |sequence, record_count| SegmentMetadata {
-        key: format!("s{sequence}"),
-        sequence,
-        record_count,
-        size_bytes: 1,
-        uncompressed_bytes: 1,
-        first_timestamp: None,
-        last_timestamp: None,
-        checksum: String::new(),
-        encryption: None,
+    let seg = |sequence, record_count| {
+        SegmentMetadata::example(format!("s{sequence}"), sequence, record_count)
     };
     let segments = [seg(1, 100), seg(2, 100), seg(3, 100), seg(4, 30)];
     let keys = |skip| {

@@ -23,15 +23,8 @@ fn backup(s: &dyn Storage, id: &str, created: i64, completed: bool) {
         name: "q".into(),
         queue_type: crate::broker::QueueType::Classic,
         segments: vec![crate::manifest::SegmentMetadata {
-            key: seg.clone(),
-            sequence: 1,
-            record_count: 1,
-            size_bytes: 1,
-            uncompressed_bytes: 1,
-            first_timestamp: None,
-            last_timestamp: None,
             checksum: "0".repeat(64),
-            encryption: None,
+            ..crate::manifest::SegmentMetadata::example(seg.clone(), 1, 1)
         }],
         message_count: 1,
         first_message_timestamp: None,
