@@ -48,9 +48,8 @@ pub(super) fn decode_workers(queues: usize) -> usize {
     (cores / queues.max(1)).clamp(1, 4)
 }
 
-/// A decoded chunk to be forwarded in order, and how many more in-window records to skip
-/// from here on (an earlier run published them).
-type Pending = (crossbeam_channel::Receiver<Result<Vec<BackupRecord>>>, u64);
+/// A decoded chunk to be forwarded in order.
+type Pending = crossbeam_channel::Receiver<Result<Vec<BackupRecord>>>;
 
 /// Fetches each segment of `backup` that meets the time window into a spool file, verifies
 /// it (CRC32), decodes its records and sends them in batches, in order. Records outside the
@@ -81,53 +80,52 @@ pub(crate) fn decode_segments(
     fn decode(raw: &[Vec<u8>]) -> Result<Vec<BackupRecord>> {
         raw.iter().map(|json| decode_record(json)).collect()
     }
+    let (todo, skip) = segments_to_read(&backup.segments, opts, skip);
+    let read = |chunk_records, readers, hand_over: &mut dyn FnMut(Vec<Vec<u8>>) -> Result<bool>| {
+        read_segments(
+            storage,
+            spool,
+            backup,
+            &todo,
+            chunk_records,
+            readers,
+            keys,
+            hand_over,
+        )
+    };
     if workers <= 1 {
-        let mut forward = Forward::new(tx, outside_window, opts);
-        let mut inline = |raw: Vec<Vec<u8>>, more_skip: u64| -> Result<bool> {
-            Ok(forward.push(decode(&raw)?, more_skip))
-        };
+        let mut forward = Forward::new(tx, outside_window, opts, skip);
         // One record at a time: nothing held twice (raw and decoded) per queue.
-        read_segments(opts, storage, spool, backup, skip, 1, 1, keys, &mut inline)?;
+        read(1, 1, &mut |raw| Ok(forward.push(decode(&raw)?)))?;
         forward.finish();
         return Ok(());
     }
     let (order_tx, order_rx) = crossbeam_channel::bounded::<Pending>(workers);
     std::thread::scope(|s| {
         let forwarder = crate::spool::spawn_named(s, "record-forwarder", move || {
-            let mut forward = Forward::new(tx, outside_window, opts);
-            for (done, more_skip) in order_rx {
+            let mut forward = Forward::new(tx, outside_window, opts, skip);
+            for done in order_rx {
                 let records = done
                     .recv()
                     .unwrap_or_else(|_| Err(Error::Io("a record decoder stopped".into())))?;
-                if !forward.push(records, more_skip) {
+                if !forward.push(records) {
                     return Ok(()); // the publisher stopped; it reports why
                 }
             }
             forward.finish();
             Ok(())
         });
-        let mut threaded = |raw: Vec<Vec<u8>>, more_skip: u64| -> Result<bool> {
+        let read = read(RECORD_BATCH, segment_readers(workers), &mut |raw| {
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
             // Waits while `workers` chunks are on their way (the forwarder takes them in order).
-            if order_tx.send((done_rx, more_skip)).is_err() {
+            if order_tx.send(done_rx).is_err() {
                 return Ok(false);
             }
             rayon::spawn(move || {
                 let _ = done_tx.send(decode(&raw));
             });
             Ok(true)
-        };
-        let read = read_segments(
-            opts,
-            storage,
-            spool,
-            backup,
-            skip,
-            RECORD_BATCH,
-            segment_readers(workers),
-            keys,
-            &mut threaded,
-        );
+        });
         drop(order_tx);
         let forwarded = forwarder
             .join()
@@ -172,30 +170,26 @@ enum Piece {
 }
 
 /// Fetches, verifies (decrypting with `keys` what is stored encrypted) and decompresses the
-/// segments, handing chunks of at most `chunk_records` raw records (with how many more
-/// in-window records to skip from there) to `hand_over`, in order, which says false when the
-/// publisher side stopped. With more than one reader ([`segment_readers`]), reader `r` takes
+/// segments `todo` of `backup`, handing chunks of at most `chunk_records` raw records to
+/// `hand_over`, in order, which says false when the publisher side stopped. With more than one reader ([`segment_readers`]), reader `r` takes
 /// segments `r`, `r + readers`, ... (bounded channels: 2 chunks each) and this thread takes
 /// their chunks segment by segment, so a segment's error is reported after the records before
 /// it, as with one reader.
 #[allow(clippy::too_many_arguments)]
 fn read_segments(
-    opts: &RestoreOptions,
     storage: &dyn Storage,
     spool: &Path,
     backup: &QueueBackup,
-    skip: u64,
+    todo: &[&SegmentMetadata],
     chunk_records: usize,
     readers: usize,
     keys: Option<&Identities>,
-    hand_over: &mut dyn FnMut(Vec<Vec<u8>>, u64) -> Result<bool>,
+    hand_over: &mut dyn FnMut(Vec<Vec<u8>>) -> Result<bool>,
 ) -> Result<()> {
-    let (todo, mut skip) = segments_to_read(&backup.segments, opts, skip);
     let readers = readers.clamp(1, todo.len().max(1));
     if readers == 1 {
         for segment in todo {
-            let mut send = |chunk| hand_over(chunk, std::mem::take(&mut skip));
-            if !read_segment(storage, spool, segment, chunk_records, keys, &mut send)? {
+            if !read_segment(storage, spool, segment, chunk_records, keys, hand_over)? {
                 break;
             }
         }
@@ -227,7 +221,7 @@ fn read_segments(
                 loop {
                     match rxs[i % readers].recv() {
                         Ok(Piece::Chunk(chunk)) => {
-                            if !hand_over(chunk, std::mem::take(&mut skip))? {
+                            if !hand_over(chunk)? {
                                 return Ok(());
                             }
                         }
@@ -306,6 +300,7 @@ struct Forward<'a> {
     tx: &'a crossbeam_channel::Sender<Vec<BackupRecord>>,
     outside_window: &'a AtomicU64,
     opts: &'a RestoreOptions,
+    /// In-window records still to leave out (an earlier run published them).
     skip: u64,
     batch: Vec<BackupRecord>,
     batch_bytes: usize,
@@ -316,21 +311,20 @@ impl<'a> Forward<'a> {
         tx: &'a crossbeam_channel::Sender<Vec<BackupRecord>>,
         outside_window: &'a AtomicU64,
         opts: &'a RestoreOptions,
+        skip: u64,
     ) -> Forward<'a> {
         Forward {
             tx,
             outside_window,
             opts,
-            skip: 0,
+            skip,
             batch: Vec::with_capacity(RECORD_BATCH),
             batch_bytes: 0,
         }
     }
 
-    /// Takes the next records (and `more_skip` more records to skip); false when the publisher
-    /// stopped.
-    fn push(&mut self, records: Vec<BackupRecord>, more_skip: u64) -> bool {
-        self.skip += more_skip;
+    /// Takes the next records; false when the publisher stopped.
+    fn push(&mut self, records: Vec<BackupRecord>) -> bool {
         for record in records {
             if !in_window(record.backed_up_at, self.opts) {
                 self.outside_window.fetch_add(1, Ordering::Relaxed);
