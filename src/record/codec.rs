@@ -1,13 +1,18 @@
 //! The hot path of the record format (DESIGN.md decision 5): [`encode_record`] writes exactly
 //! the bytes `serde_json::to_vec(&record)` writes, but writes the body's number array itself
-//! (`body.rs`); [`decode_record`] parses the body array itself and leaves the small rest to
-//! serde_json. The derived serde implementations in the parent module define the format.
+//! (`body.rs`); [`decode_record`] parses the body array itself, and the rest itself too when it
+//! is in the compact form encode_record writes (`tail.rs`), else with serde_json. The derived
+//! serde implementations in the parent module define the format.
 
 use serde::Serialize;
 
 use super::body::{parse_compact, write_body};
+use super::tail::parse_tail;
 use super::{BackupHeaderValue, BackupProperties, BackupRecord};
 use crate::error::{Error, Result};
+
+/// How every record encode_record writes begins.
+const BODY_FIRST: &[u8] = b"{\"body\":";
 
 // ---------------------------------------------------------------------------------------------
 // The hot path: encode
@@ -34,7 +39,7 @@ struct RecordTail<'a> {
 /// array is written by [`write_body`] (SSSE3 when the CPU has it, else a lookup table), the rest
 /// by serde_json. Runs at about 2 GB/s of body on one core (see `examples/codec_bench.rs`).
 pub fn encode_record(rec: &BackupRecord, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"{\"body\":");
+    out.extend_from_slice(BODY_FIRST);
     write_body(&rec.body, out);
     let mark = out.len();
     let tail = RecordTail {
@@ -68,14 +73,22 @@ pub fn encode_record(rec: &BackupRecord, out: &mut Vec<u8>) {
 /// Parses one record's JSON (as written by [`encode_record`] or any serde_json output of the same
 /// shape: any whitespace, any key order).
 ///
-/// The top-level `body` array is parsed here; the rest of the object, with the body replaced by
-/// `null`, is parsed by serde_json. Anything unusual (escaped keys, duplicate `body`, invalid
+/// The top-level `body` array is parsed here. The rest of the object is parsed by `tail.rs`
+/// when it is in the compact form encode_record writes, else by serde_json with the body
+/// replaced by `null`. Anything unusual (escaped keys, duplicate `body`, invalid
 /// numbers) falls back to plain `serde_json::from_slice`, so the accepted language and the
 /// result are exactly serde_json's.
 ///
 /// Errors: `Error::Serialization` with serde_json's message when the JSON is not a valid record.
 pub fn decode_record(json: &[u8]) -> Result<BackupRecord> {
     if let Some((body, vstart, vend)) = locate_body(json) {
+        // The compact form encode_record writes: the body first, then the tail parsed here.
+        if json.starts_with(BODY_FIRST) && vstart == BODY_FIRST.len() {
+            if let Some(mut rec) = parse_tail(&json[vend..]) {
+                rec.body = body;
+                return Ok(rec);
+            }
+        }
         let mut rest = Vec::with_capacity(json.len() - (vend - vstart) + 4);
         rest.extend_from_slice(&json[..vstart]);
         rest.extend_from_slice(b"null");
@@ -104,8 +117,8 @@ fn skip_ws(s: &[u8], mut i: usize) -> usize {
 
 /// Walks the top-level object to its `body` member and parses it. Returns the body and the
 /// span of its value, or `None` when the fast path does not apply (the caller then uses
-/// serde_json alone). What follows the body is not walked: the caller has serde_json parse
-/// the record with this value replaced by null, which reports what is wrong there (a second
+/// serde_json alone). What follows the body is not walked here: the caller parses it (`tail.rs`,
+/// or serde_json with this value replaced by null, which reports what is wrong there, a second
 /// `body` included).
 fn locate_body(s: &[u8]) -> Option<(Vec<u8>, usize, usize)> {
     let mut i = skip_ws(s, 0);

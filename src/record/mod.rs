@@ -13,8 +13,8 @@
 //! ```
 //!
 //! [`encode_record`] writes bytes identical to `serde_json::to_vec(&record)` but writes the body
-//! array itself from a lookup table; [`decode_record`] parses the body array itself and lets
-//! `serde_json` parse the small rest. The derived serde implementations on the types below
+//! array itself from a lookup table; [`decode_record`] parses the body array itself, and the
+//! rest itself when it is in that compact form (else `serde_json` parses it). The derived serde implementations on the types below
 //! define the format; the codec only makes it faster, and is tested byte for byte against them.
 //!
 //! Choices this module makes and documents:
@@ -34,6 +34,7 @@
 mod body;
 mod codec;
 mod json;
+mod tail;
 #[cfg(test)]
 mod tests;
 

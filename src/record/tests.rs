@@ -1011,3 +1011,276 @@ fn body_codec_small_cases_both_paths() {
         }
     }
 }
+
+/// True when `v` holds a float anywhere (the tail's fast path leaves those to serde_json).
+fn has_float(v: &BackupHeaderValue) -> bool {
+    match v {
+        BackupHeaderValue::Float(_) | BackupHeaderValue::Double(_) => true,
+        BackupHeaderValue::Table(t) => t.iter().any(|(_, v)| has_float(v)),
+        BackupHeaderValue::Array(a) => a.iter().any(has_float),
+        _ => false,
+    }
+}
+
+/// The tail of `json` after its body (the bytes `tail::parse_tail` takes).
+fn tail_of(json: &[u8]) -> &[u8] {
+    let at = json
+        .windows(14)
+        .position(|w| w == b",\"properties\":")
+        .unwrap();
+    &json[at..]
+}
+
+/// Checks one mutated or crafted record: `decode_record` gives what serde_json gives (both
+/// errors, or equal records), and whatever the tail's fast path accepts serde_json accepts as
+/// the same record.
+fn tail_agrees(json: &[u8], case: &str) -> bool {
+    let ours = decode_record(json);
+    let reference = serde_json::from_slice::<BackupRecord>(json);
+    match (&ours, &reference) {
+        // Compared by their encoding: a NaN header is not equal to itself.
+        (Ok(a), Ok(b)) => assert!(
+            encode(a) == encode(b),
+            "{case}: {}",
+            String::from_utf8_lossy(json)
+        ),
+        (Err(_), Err(_)) => {}
+        _ => panic!(
+            "{case}: ours {:?} vs serde_json {:?} for {}",
+            ours.is_ok(),
+            reference.is_ok(),
+            String::from_utf8_lossy(json)
+        ),
+    }
+    if let Some(at) = json.windows(14).position(|w| w == b",\"properties\":") {
+        if let Some(mut fast) = tail::parse_tail(&json[at..]) {
+            let reference = reference.as_ref().unwrap_or_else(|e| {
+                panic!(
+                    "{case}: the fast path took what serde_json refuses ({e}): {}",
+                    String::from_utf8_lossy(json)
+                )
+            });
+            fast.body = reference.body.clone();
+            assert!(encode(&fast) == encode(reference), "{case}");
+            return true;
+        }
+    }
+    false
+}
+
+/// `rec` with every character of its strings that JSON escapes (`"`, `\\`, controls)
+/// replaced by `_`.
+fn without_escapes(rec: &BackupRecord) -> BackupRecord {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => {
+                *s = s
+                    .chars()
+                    .map(|c| {
+                        if matches!(c, '"' | '\\' | '\0'..='\u{1f}') {
+                            '_'
+                        } else {
+                            c
+                        }
+                    })
+                    .collect();
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            serde_json::Value::Object(o) => o.values_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(rec).unwrap();
+    walk(&mut v);
+    serde_json::from_value(v).unwrap()
+}
+
+/// Random records (every header variant, nested tables and arrays, strings with escapes and
+/// non-ASCII text, half of them with the escaped characters replaced): the tail's fast path
+/// takes every one without floats or escaped strings and gives serde_json's record; the others
+/// go to serde_json.
+#[test]
+fn record_tails_agree_with_serde_json() {
+    let mut rng = Rng(0x7A11);
+    let (mut fast, mut with_float) = (0, 0);
+    for n in 0..2000 {
+        let mut rec = rng.record();
+        rec.body.truncate(8);
+        if n % 2 == 0 {
+            rec = without_escapes(&rec);
+        }
+        let json = encode(&rec);
+        let took_fast = tail_agrees(&json, &format!("record {n}"));
+        let floats = rec.headers.iter().any(|(_, v)| has_float(v));
+        let escapes = tail_of(&json).contains(&b'\\');
+        assert_eq!(took_fast, !floats && !escapes, "record {n}");
+        fast += usize::from(took_fast);
+        with_float += usize::from(floats);
+    }
+    assert!(
+        fast > 100 && with_float > 100,
+        "{fast} fast, {with_float} with floats"
+    );
+}
+
+/// Mutated tails: one to three bytes of a valid record's tail replaced, inserted or removed
+/// (JSON punctuation, digits, signs, letters, invalid UTF-8). `decode_record` must accept exactly
+/// what serde_json accepts, with the same record, and the fast path must take nothing
+/// serde_json refuses.
+#[test]
+fn mutated_tails_agree_with_serde_json() {
+    const ALPHABET: &[u8] = b"0123456789-+.eE\"\\{}[],: \nnulltruefalsxVoidLong\xc3\xa9\xff\x00";
+    let mut rng = Rng(0x7A12);
+    let (mut accepted, mut fast) = (0, 0);
+    for n in 0..6000 {
+        let mut rec = rng.record();
+        rec.body.truncate(4);
+        if n % 2 == 0 {
+            rec.headers.retain(|(_, v)| !has_float(v));
+            rec = without_escapes(&rec);
+        }
+        let mut json = encode(&rec);
+        let start = json.len() - tail_of(&json).len();
+        for _ in 0..1 + rng.below(3) {
+            let pos = start + rng.below((json.len() - start) as u64) as usize;
+            let c = ALPHABET[rng.below(ALPHABET.len() as u64) as usize];
+            match rng.below(3) {
+                0 => json[pos] = c,
+                1 => json.insert(pos, c),
+                _ => {
+                    json.remove(pos);
+                }
+            }
+        }
+        fast += usize::from(tail_agrees(&json, &format!("case {n}")));
+        accepted += usize::from(serde_json::from_slice::<BackupRecord>(&json).is_ok());
+    }
+    assert!(
+        accepted > 500 && fast > 300,
+        "{accepted} valid, {fast} fast"
+    );
+}
+
+/// Integers at every header type's limits, and number spellings serde_json refuses or reads
+/// as floats (`-0`, leading zeros, fractions, exponents, past u64): the same result both ways.
+#[test]
+fn tail_integers_at_their_limits_agree_with_serde_json() {
+    let base = String::from_utf8(encode(&sample_record())).unwrap();
+    let numbers = [
+        "0",
+        "1",
+        "-1",
+        "-0",
+        "00",
+        "01",
+        "1.0",
+        "1e2",
+        "1E2",
+        "-",
+        "+1",
+        "127",
+        "128",
+        "-128",
+        "-129",
+        "255",
+        "256",
+        "32767",
+        "32768",
+        "-32768",
+        "-32769",
+        "65535",
+        "65536",
+        "2147483647",
+        "2147483648",
+        "-2147483648",
+        "-2147483649",
+        "4294967295",
+        "4294967296",
+        "9223372036854775807",
+        "9223372036854775808",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999999",
+        "null",
+        "true",
+        "\"1\"",
+    ];
+    let variants = [
+        "Long",
+        "Short",
+        "ShortShortInt",
+        "ShortShortUInt",
+        "ShortInt",
+        "ShortUInt",
+        "LongInt",
+        "LongUInt",
+        "LongLongInt",
+        "Timestamp",
+        "Bool",
+        "Bytes",
+        "Float",
+    ];
+    let mut fast = 0;
+    for variant in variants {
+        for number in numbers {
+            let json = base.replacen("{\"LongInt\":3}", &format!("{{\"{variant}\":{number}}}"), 1);
+            fast += usize::from(tail_agrees(json.as_bytes(), &format!("{variant} {number}")));
+            let bytes = base.replacen(
+                "{\"LongInt\":3}",
+                &format!("{{\"{variant}\":[{number}]}}"),
+                1,
+            );
+            tail_agrees(bytes.as_bytes(), &format!("{variant} [{number}]"));
+        }
+    }
+    for field in [
+        "delivery_tag",
+        "backed_up_at",
+        "delivery_mode",
+        "priority",
+        "timestamp",
+    ] {
+        for number in numbers {
+            let at = base.find(&format!("\"{field}\":")).unwrap() + field.len() + 3;
+            let end = at + base[at..].find([',', '}']).unwrap();
+            let json = format!("{}{number}{}", &base[..at], &base[end..]);
+            fast += usize::from(tail_agrees(json.as_bytes(), &format!("{field} {number}")));
+        }
+    }
+    for decimal in [
+        "{\"scale\":255,\"value\":4294967295}",
+        "{\"scale\":256,\"value\":1}",
+        "{\"value\":1,\"scale\":2}",
+        "{\"scale\":2}",
+        "{\"scale\":-1,\"value\":1}",
+    ] {
+        let json = base.replacen("{\"scale\":2,\"value\":314}", decimal, 1);
+        tail_agrees(json.as_bytes(), decimal);
+    }
+    assert!(fast > 100, "{fast}");
+}
+
+/// Deep nesting: the fast path takes tables and arrays up to its depth limit and leaves deeper
+/// ones to serde_json, which reads them up to its own limit and refuses the rest.
+#[test]
+fn nested_tails_agree_with_serde_json() {
+    for depth in 0..50 {
+        for kind in ["Table", "Array"] {
+            let mut value = BackupHeaderValue::LongInt(1);
+            for _ in 0..depth {
+                value = if kind == "Table" {
+                    BackupHeaderValue::Table(vec![("k".into(), value)])
+                } else {
+                    BackupHeaderValue::Array(vec![value])
+                };
+            }
+            let mut rec = sample_record();
+            rec.headers = vec![("deep".into(), value)];
+            let json = encode(&rec);
+            let took_fast = tail_agrees(&json, &format!("{kind} {depth}"));
+            assert_eq!(took_fast, depth <= 20, "{kind} {depth}");
+        }
+    }
+}
