@@ -13,9 +13,11 @@
 //! - this file: definitions, the queue threads, the run's outcome;
 //! - `plan`: the plan and its summary, the dry run's checks, created queues, rerun reports;
 //! - `segments`: fetching, verifying and decoding a queue's segments, and the time window;
+//! - `outgoing`: a decoded record made ready to publish (its properties encoded);
 //! - `publish`: publishing with confirms, the rate limit, and the restore checkpoint.
 
 mod offsets;
+mod outgoing;
 mod plan;
 mod publish;
 mod raw_stream;
@@ -35,9 +37,9 @@ use crate::manifest::{Manifest, QueueBackup};
 use crate::metrics::{self, Counter};
 use crate::nodes::Nodes;
 use crate::progress;
-use crate::record::BackupRecord;
 use crate::spool::{spawn_named, SpoolDir};
 use crate::storage::Storage;
+use outgoing::Outgoing;
 use plan::{check_segments_exist, create_missing_queues, report_rerun, restore_key};
 pub use plan::{plan, QueueRestore, RestoreSummary};
 use publish::{settle, Publisher, QueueCheckpoint, RateLimiter};
@@ -412,7 +414,7 @@ fn restore_queue(
     stream_options.tls = options.tls.clone();
     stream_options.connection_name = options.connection_name.clone();
     let mut translation = consumer_offsets(opts, backup, entry);
-    let (tx, rx) = crossbeam_channel::bounded::<Vec<BackupRecord>>(RECORD_BATCHES);
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<Outgoing>>(RECORD_BATCHES);
     let outside_window = AtomicU64::new(0);
     let outside = &outside_window;
     let skip = entry.done_earlier;

@@ -3,14 +3,14 @@
 //! and the restore checkpoint of the confirmed prefix (`restore.checkpoint_state`).
 
 use super::offsets::Translation;
-use super::raw_stream::{is_raw, StreamTarget};
+use super::outgoing::Outgoing;
+use super::raw_stream::StreamTarget;
 use super::QueueRestore;
 use crate::amqp::Channel;
 use crate::checkpoint::{Checkpoints, RestoreKey};
 use crate::config::{PublishMode, RestoreOptions};
 use crate::error::{Error, Result};
 use crate::metrics::{Counter, RestoreQueueMetrics};
-use crate::record::BackupRecord;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,13 +18,8 @@ use std::time::{Duration, Instant};
 /// tables and arrays from stream messages, and converting a decimal closes the channel).
 ///
 /// Errors: `AMQP error: ... message N (message_id M) ... header H is a decimal ...`.
-fn refuse_for_stream(record: &BackupRecord, entry: &QueueRestore) -> Result<()> {
-    use crate::record::BackupHeaderValue;
-    let Some((key, _)) = record
-        .headers
-        .iter()
-        .find(|(_, v)| matches!(v, BackupHeaderValue::Decimal { .. }))
-    else {
+fn refuse_for_stream(record: &Outgoing, entry: &QueueRestore) -> Result<()> {
+    let Some((key, message_id)) = &record.decimal else {
         return Ok(());
     };
     Err(Error::Amqp(format!(
@@ -32,7 +27,7 @@ fn refuse_for_stream(record: &BackupRecord, entry: &QueueRestore) -> Result<()> 
         entry.done_earlier + entry.published + 1,
         entry.source_queue,
         entry.source_vhost,
-        record.properties.message_id.as_deref().unwrap_or("none"),
+        message_id.as_deref().unwrap_or("none"),
         entry.target_queue,
         entry.target_vhost,
         entry.published
@@ -79,22 +74,22 @@ impl Publisher<'_> {
     /// offset in publish order (stream consumer offsets, `super::offsets`).
     pub(super) fn publish_records(
         &self,
-        rx: &crossbeam_channel::Receiver<Vec<BackupRecord>>,
+        rx: &crossbeam_channel::Receiver<Vec<Outgoing>>,
         entry: &mut QueueRestore,
         mut raw: Option<&mut StreamTarget>,
         mut offsets: Option<&mut Translation>,
     ) -> Result<()> {
         let (channel, opts, m) = (self.channel, self.opts, self.m);
         let mut last_checkpoint = Instant::now();
-        let mut pending_raw: Vec<BackupRecord> = Vec::new();
+        let mut pending_raw: Vec<Outgoing> = Vec::new();
         let mut blocked_logged = false;
         let mut raw_over_091 = false;
         for batch in rx.iter() {
-            for mut record in batch {
+            for record in batch {
                 if let Some(t) = offsets.as_deref_mut() {
                     t.observe(record.delivery_tag);
                 }
-                if is_raw(&record) {
+                if record.raw {
                     if raw.is_some() {
                         pending_raw.push(record);
                         continue;
@@ -115,14 +110,16 @@ impl Publisher<'_> {
                 if self.to_stream {
                     refuse_for_stream(&record, entry)?;
                 }
-                // Take the names out so the record can move into its properties and body.
-                let (from_exchange, from_key) = (
-                    std::mem::take(&mut record.exchange),
-                    std::mem::take(&mut record.routing_key),
-                );
+                let Outgoing {
+                    exchange,
+                    routing_key,
+                    properties,
+                    body,
+                    ..
+                } = record;
+                let properties = properties?;
                 let (exchange, routing_key) =
-                    target_of(&from_exchange, &from_key, opts, &entry.target_queue);
-                let (properties, body) = record.into_amqp();
+                    target_of(&exchange, &routing_key, opts, &entry.target_queue);
                 self.limiter.acquire();
                 if !blocked_logged {
                     if let Some(reason) = channel.connection_blocked() {
@@ -171,7 +168,7 @@ impl Publisher<'_> {
     /// after every publish before them is confirmed; each is confirmed when this returns.
     fn flush_raw(
         &self,
-        pending: &mut Vec<BackupRecord>,
+        pending: &mut Vec<Outgoing>,
         target: &mut StreamTarget,
         entry: &mut QueueRestore,
     ) -> Result<()> {

@@ -49,7 +49,32 @@ pub(super) fn decode_workers(queues: usize) -> usize {
 }
 
 /// A decoded chunk to be forwarded in order.
-type Pending = crossbeam_channel::Receiver<Result<Vec<BackupRecord>>>;
+type Pending<T> = crossbeam_channel::Receiver<Result<Vec<T>>>;
+
+/// What the segment decoder sends on: records as they are (`cat`), or each converted on the
+/// decode threads into what its consumer needs (`super::outgoing::Outgoing` for a restore).
+pub(crate) trait Decoded: Send + 'static {
+    /// Converts one decoded record.
+    fn from_record(record: BackupRecord) -> Self;
+    /// When the record was backed up, epoch ms (the time window).
+    fn backed_up_at(&self) -> i64;
+    /// Body bytes (the size of a batch).
+    fn body_len(&self) -> usize;
+}
+
+impl Decoded for BackupRecord {
+    fn from_record(record: BackupRecord) -> Self {
+        record
+    }
+
+    fn backed_up_at(&self) -> i64 {
+        self.backed_up_at
+    }
+
+    fn body_len(&self) -> usize {
+        self.body().len()
+    }
+}
 
 /// Fetches each segment of `backup` that meets the time window into a spool file, verifies
 /// it (CRC32), decodes its records and sends them in batches, in order. Records outside the
@@ -66,19 +91,21 @@ type Pending = crossbeam_channel::Receiver<Result<Vec<BackupRecord>>>;
 /// them back in order (bounded channels: a few 1 MiB chunks in flight). Either way [`Forward`]
 /// applies the window and the skip and sends batches to the publisher.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn decode_segments(
+pub(crate) fn decode_segments<T: Decoded>(
     opts: &RestoreOptions,
     storage: &dyn Storage,
     spool: &Path,
     backup: &QueueBackup,
-    tx: &crossbeam_channel::Sender<Vec<BackupRecord>>,
+    tx: &crossbeam_channel::Sender<Vec<T>>,
     outside_window: &AtomicU64,
     skip: u64,
     workers: usize,
     keys: Option<&Identities>,
 ) -> Result<()> {
-    fn decode(raw: &[Vec<u8>]) -> Result<Vec<BackupRecord>> {
-        raw.iter().map(|json| decode_record(json)).collect()
+    fn decode<T: Decoded>(raw: &[Vec<u8>]) -> Result<Vec<T>> {
+        raw.iter()
+            .map(|json| decode_record(json).map(T::from_record))
+            .collect()
     }
     let (todo, skip) = segments_to_read(&backup.segments, opts, skip);
     let read = |chunk_records, readers, hand_over: &mut dyn FnMut(Vec<Vec<u8>>) -> Result<bool>| {
@@ -100,7 +127,7 @@ pub(crate) fn decode_segments(
         forward.finish();
         return Ok(());
     }
-    let (order_tx, order_rx) = crossbeam_channel::bounded::<Pending>(workers);
+    let (order_tx, order_rx) = crossbeam_channel::bounded::<Pending<T>>(workers);
     std::thread::scope(|s| {
         let forwarder = crate::spool::spawn_named(s, "record-forwarder", move || {
             let mut forward = Forward::new(tx, outside_window, opts, skip);
@@ -296,23 +323,23 @@ fn read_segment(
 
 /// The records of a queue on their way to the publisher, in order: leaves out records outside
 /// the window and the records to skip, and sends batches.
-struct Forward<'a> {
-    tx: &'a crossbeam_channel::Sender<Vec<BackupRecord>>,
+struct Forward<'a, T> {
+    tx: &'a crossbeam_channel::Sender<Vec<T>>,
     outside_window: &'a AtomicU64,
     opts: &'a RestoreOptions,
     /// In-window records still to leave out (an earlier run published them).
     skip: u64,
-    batch: Vec<BackupRecord>,
+    batch: Vec<T>,
     batch_bytes: usize,
 }
 
-impl<'a> Forward<'a> {
+impl<'a, T: Decoded> Forward<'a, T> {
     fn new(
-        tx: &'a crossbeam_channel::Sender<Vec<BackupRecord>>,
+        tx: &'a crossbeam_channel::Sender<Vec<T>>,
         outside_window: &'a AtomicU64,
         opts: &'a RestoreOptions,
         skip: u64,
-    ) -> Forward<'a> {
+    ) -> Forward<'a, T> {
         Forward {
             tx,
             outside_window,
@@ -324,9 +351,9 @@ impl<'a> Forward<'a> {
     }
 
     /// Takes the next records; false when the publisher stopped.
-    fn push(&mut self, records: Vec<BackupRecord>) -> bool {
+    fn push(&mut self, records: Vec<T>) -> bool {
         for record in records {
-            if !in_window(record.backed_up_at, self.opts) {
+            if !in_window(record.backed_up_at(), self.opts) {
                 self.outside_window.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -334,7 +361,7 @@ impl<'a> Forward<'a> {
                 self.skip -= 1;
                 continue;
             }
-            self.batch_bytes += record.body().len();
+            self.batch_bytes += record.body_len();
             self.batch.push(record);
             if self.batch.len() >= RECORD_BATCH || self.batch_bytes >= RECORD_BATCH_BYTES {
                 self.batch_bytes = 0;

@@ -2,7 +2,6 @@
 //! body and heartbeat frames, and a whole `basic.publish` in one buffer.
 
 use super::*;
-use crate::amqp::types::BasicProperties;
 use crate::error::{Error, Result};
 
 /// The 7-byte header of a frame.
@@ -148,18 +147,18 @@ pub fn put_method_frame(
 }
 
 /// Appends a content header frame (class `basic`, weight 0).
-pub fn put_content_header_frame(
+pub fn put_content_header_frame<P: PutProperties + ?Sized>(
     buf: &mut Vec<u8>,
     channel: u16,
     body_size: u64,
-    properties: &BasicProperties,
+    properties: &P,
     frame_max: u32,
 ) -> Result<()> {
     let start = begin_frame(buf, FRAME_HEADER, channel);
     buf.extend_from_slice(&CLASS_BASIC.to_be_bytes());
     buf.extend_from_slice(&0u16.to_be_bytes());
     buf.extend_from_slice(&body_size.to_be_bytes());
-    if let Err(e) = put_properties(buf, properties) {
+    if let Err(e) = properties.put_properties(buf) {
         buf.truncate(start);
         return Err(e);
     }
@@ -184,13 +183,13 @@ pub fn put_body_frames(buf: &mut Vec<u8>, channel: u16, body: &[u8], frame_max: 
 /// Appends the frames of one `basic.publish`: method, content header and body frames. The
 /// returned buffer is meant to be written with a single write call.
 #[allow(clippy::too_many_arguments)]
-pub fn put_publish(
+pub fn put_publish<P: PutProperties + ?Sized>(
     buf: &mut Vec<u8>,
     channel: u16,
     exchange: &str,
     routing_key: &str,
     mandatory: bool,
-    properties: &BasicProperties,
+    properties: &P,
     body: &[u8],
     frame_max: u32,
 ) -> Result<()> {

@@ -45,6 +45,46 @@ pub fn property_flags(p: &BasicProperties) -> u16 {
     f
 }
 
+/// What a content header carries after the body size: the property flags and the present
+/// property values (AMQP 0-9-1 section 4.2.6.1), from the properties or encoded already.
+pub trait PutProperties {
+    /// Appends the flags and values. Errors: `Error::Amqp` when a value cannot be encoded (a
+    /// short string over 255 bytes, a table over 4 GiB).
+    fn put_properties(&self, buf: &mut Vec<u8>) -> Result<()>;
+}
+
+impl PutProperties for BasicProperties {
+    fn put_properties(&self, buf: &mut Vec<u8>) -> Result<()> {
+        put_properties(buf, self)
+    }
+}
+
+/// Properties encoded once, before publishing (a restore encodes them on its decode threads, so
+/// the publishing thread only copies bytes): the output of [`put_properties`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedProperties(Vec<u8>);
+
+impl EncodedProperties {
+    /// Encodes `p`. Errors: as [`put_properties`].
+    pub fn new(p: &BasicProperties) -> Result<EncodedProperties> {
+        let mut buf = Vec::new();
+        put_properties(&mut buf, p)?;
+        Ok(EncodedProperties(buf))
+    }
+
+    /// The encoded bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl PutProperties for EncodedProperties {
+    fn put_properties(&self, buf: &mut Vec<u8>) -> Result<()> {
+        buf.extend_from_slice(&self.0);
+        Ok(())
+    }
+}
+
 /// Appends the property flags and the present property values of `p`.
 pub fn put_properties(buf: &mut Vec<u8>, p: &BasicProperties) -> Result<()> {
     buf.extend_from_slice(&property_flags(p).to_be_bytes());

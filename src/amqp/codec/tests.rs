@@ -415,6 +415,30 @@ fn frames_and_publish_split_across_body_frames() {
     assert_eq!(n1 + n2, buf.len());
 }
 
+/// Properties encoded beforehand publish the same bytes as the properties themselves, and
+/// refuse what they refuse (a short string over 255 bytes), at encoding.
+#[test]
+fn encoded_properties_publish_the_same_frames() {
+    let body = vec![5u8; 9000];
+    for props in [all_properties(), BasicProperties::default()] {
+        let (mut direct, mut encoded) = (Vec::new(), Vec::new());
+        put_publish(&mut direct, 3, "ex", "rk", true, &props, &body, 4096).unwrap();
+        let pre = EncodedProperties::new(&props).unwrap();
+        put_publish(&mut encoded, 3, "ex", "rk", true, &pre, &body, 4096).unwrap();
+        assert_eq!(direct, encoded);
+        let mut flags_and_list = Vec::new();
+        put_properties(&mut flags_and_list, &props).unwrap();
+        assert_eq!(pre.as_bytes(), flags_and_list.as_slice());
+    }
+    let too_long = BasicProperties {
+        message_id: Some("m".repeat(256)),
+        ..Default::default()
+    };
+    let direct = put_publish(&mut Vec::new(), 1, "", "q", false, &too_long, b"x", 4096);
+    let encoded = EncodedProperties::new(&too_long);
+    assert_eq!(direct.unwrap_err(), encoded.unwrap_err());
+}
+
 #[test]
 fn partial_and_bad_frames() {
     let mut buf = Vec::new();

@@ -2,8 +2,7 @@
 //! timeout, outstanding count), nacks and returns.
 
 use super::*;
-use crate::amqp::codec::{put_publish, Method};
-use crate::amqp::types::BasicProperties;
+use crate::amqp::codec::{put_publish, Method, PutProperties};
 use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
@@ -26,14 +25,16 @@ impl Channel {
 
     /// `basic.publish`. Returns the publish sequence number (1-based) in confirm mode, else 0.
     /// The body is split by the negotiated frame_max; method, header and body frames go out in
-    /// one write call. While the broker blocks the connection (`connection.blocked`) this
-    /// waits, at most rpc_timeout, then fails with `Error::Connection`.
-    pub fn basic_publish(
+    /// one write call. `properties`: a [`crate::amqp::BasicProperties`], or an
+    /// [`crate::amqp::codec::EncodedProperties`] encoded earlier. While the broker blocks the
+    /// connection (`connection.blocked`) this waits, at most rpc_timeout, then fails with
+    /// `Error::Connection`.
+    pub fn basic_publish<P: PutProperties + ?Sized>(
         &self,
         exchange: &str,
         routing_key: &str,
         mandatory: bool,
-        properties: &BasicProperties,
+        properties: &P,
         body: &[u8],
     ) -> Result<u64> {
         self.check_open()?;
