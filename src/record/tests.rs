@@ -1097,8 +1097,8 @@ fn without_escapes(rec: &BackupRecord) -> BackupRecord {
 
 /// Random records (every header variant, nested tables and arrays, strings with escapes and
 /// non-ASCII text, half of them with the escaped characters replaced): the tail's fast path
-/// takes every one without floats or escaped strings and gives serde_json's record; the others
-/// go to serde_json.
+/// takes every one without escaped strings and gives serde_json's record; the others go to
+/// serde_json.
 #[test]
 fn record_tails_agree_with_serde_json() {
     let mut rng = Rng(0x7A11);
@@ -1113,7 +1113,7 @@ fn record_tails_agree_with_serde_json() {
         let took_fast = tail_agrees(&json, &format!("record {n}"));
         let floats = rec.headers.iter().any(|(_, v)| has_float(v));
         let escapes = tail_of(&json).contains(&b'\\');
-        assert_eq!(took_fast, !floats && !escapes, "record {n}");
+        assert_eq!(took_fast, !escapes, "record {n}");
         fast += usize::from(took_fast);
         with_float += usize::from(floats);
     }
@@ -1136,7 +1136,6 @@ fn mutated_tails_agree_with_serde_json() {
         let mut rec = rng.record();
         rec.body.truncate(4);
         if n % 2 == 0 {
-            rec.headers.retain(|(_, v)| !has_float(v));
             rec = without_escapes(&rec);
         }
         let mut json = encode(&rec);
