@@ -27,6 +27,11 @@
 //! bench <path to rmq-backup> [messages=100000] [body bytes=1024] [random|text]
 //! ```
 //!
+//! `BENCH_COMPARE_BIN=<another rmq-backup>`: each round also restores the same backup with that
+//! binary, right after the first one, and the CPU seconds of both are printed side by side (an
+//! A/B of a change on the same machine in the same minutes; this machine's speed moves 10-50%
+//! between hours).
+//!
 //! Each measurement runs `BENCH_ROUNDS` times (default 5), raw and rmq-backup alternating;
 //! medians are printed, and the median of the per-round ratios. On this 2-core machine the
 //! broker's read speed is bimodal from one run to the next (~17k or ~40k msg/s for 1 KiB classic
@@ -189,6 +194,10 @@ fn main() {
     )
     .expect("config");
     let (mut raw_pubs, mut restores, mut restore_rss) = (Vec::new(), Vec::new(), 0);
+    let compare_bin = std::env::var("BENCH_COMPARE_BIN")
+        .ok()
+        .filter(|b| !b.is_empty());
+    let mut compare_cpu = Vec::new();
     for round in 0..rounds {
         let rconn = connect(raw);
         let ch = rconn.open_channel().expect("channel");
@@ -225,6 +234,15 @@ fn main() {
         restore_rss = restore_rss.max(rss);
         for q in &queues {
             let _ = mgmt.delete_queue(dst, q);
+        }
+        if let Some(other) = &compare_bin {
+            std::thread::sleep(Duration::from_secs(1));
+            let args = ["restore", "--config", restore_cfg.to_str().unwrap()];
+            let run = run_tool_measured(other, &args, &[]);
+            compare_cpu.push(run.cpu_secs * 100_000.0 / n as f64);
+            for q in &queues {
+                let _ = mgmt.delete_queue(dst, q);
+            }
         }
     }
 
@@ -296,6 +314,19 @@ fn main() {
         median(backup_cpu.clone()),
         median(restore_cpu.clone())
     );
+    if let Some(other) = &compare_bin {
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|c| format!("{c:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "restore CPU seconds per 100,000 messages, round by round: {bin} {}; {other} {}",
+            list(&restore_cpu),
+            list(&compare_cpu)
+        );
+    }
     // One line for scripts/bench.sh matrix.
     let json = serde_json::json!({
         "messages": n,
