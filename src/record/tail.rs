@@ -22,35 +22,31 @@ const MAX_DEPTH: u32 = 20;
 pub(super) fn parse_tail(s: &[u8]) -> Option<BackupRecord> {
     let mut c = Cursor { s, i: 0 };
     c.lit(b",\"properties\":{\"content_type\":")?;
-    let content_type = c.opt_string()?;
+    let content_type = c.opt(Cursor::string)?;
     c.lit(b",\"content_encoding\":")?;
-    let content_encoding = c.opt_string()?;
+    let content_encoding = c.opt(Cursor::string)?;
     c.lit(b",\"delivery_mode\":")?;
-    let delivery_mode = c.opt_uint::<u8>()?;
+    let delivery_mode = c.opt(Cursor::uint_as::<u8>)?;
     c.lit(b",\"priority\":")?;
-    let priority = c.opt_uint::<u8>()?;
+    let priority = c.opt(Cursor::uint_as::<u8>)?;
     c.lit(b",\"correlation_id\":")?;
-    let correlation_id = c.opt_string()?;
+    let correlation_id = c.opt(Cursor::string)?;
     c.lit(b",\"reply_to\":")?;
-    let reply_to = c.opt_string()?;
+    let reply_to = c.opt(Cursor::string)?;
     c.lit(b",\"expiration\":")?;
-    let expiration = c.opt_string()?;
+    let expiration = c.opt(Cursor::string)?;
     c.lit(b",\"message_id\":")?;
-    let message_id = c.opt_string()?;
+    let message_id = c.opt(Cursor::string)?;
     c.lit(b",\"timestamp\":")?;
-    let timestamp = if c.lit(b"null").is_some() {
-        None
-    } else {
-        Some(c.int()?)
-    };
+    let timestamp = c.opt(Cursor::int)?;
     c.lit(b",\"type_field\":")?;
-    let type_field = c.opt_string()?;
+    let type_field = c.opt(Cursor::string)?;
     c.lit(b",\"user_id\":")?;
-    let user_id = c.opt_string()?;
+    let user_id = c.opt(Cursor::string)?;
     c.lit(b",\"app_id\":")?;
-    let app_id = c.opt_string()?;
+    let app_id = c.opt(Cursor::string)?;
     c.lit(b",\"cluster_id\":")?;
-    let cluster_id = c.opt_string()?;
+    let cluster_id = c.opt(Cursor::string)?;
     c.lit(b"},\"headers\":")?;
     let headers = c.table(0)?;
     c.lit(b",\"exchange\":")?;
@@ -141,11 +137,12 @@ impl<'a> Cursor<'a> {
         std::str::from_utf8(raw).ok().map(str::to_owned)
     }
 
-    fn opt_string(&mut self) -> Option<Option<String>> {
+    /// `null`, or what `read` reads (an `Option` field).
+    fn opt<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         if self.lit(b"null").is_some() {
             return Some(None);
         }
-        self.string().map(Some)
+        read(self).map(Some)
     }
 
     /// A JSON integer without sign: `0` or digits without a leading zero, at most u64::MAX
@@ -175,13 +172,6 @@ impl<'a> Cursor<'a> {
     /// An unsigned integer that fits `T` (serde_json refuses one that does not).
     fn uint_as<T: TryFrom<u64>>(&mut self) -> Option<T> {
         T::try_from(self.uint()?).ok()
-    }
-
-    fn opt_uint<T: TryFrom<u64>>(&mut self) -> Option<Option<T>> {
-        if self.lit(b"null").is_some() {
-            return Some(None);
-        }
-        self.uint_as().map(Some)
     }
 
     /// A signed integer. serde_json reads `-0` and negatives below i64::MIN as floats, which

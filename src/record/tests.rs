@@ -1022,13 +1022,20 @@ fn has_float(v: &BackupHeaderValue) -> bool {
     }
 }
 
-/// The tail of `json` after its body (the bytes `tail::parse_tail` takes).
-fn tail_of(json: &[u8]) -> &[u8] {
-    let at = json
-        .windows(14)
-        .position(|w| w == b",\"properties\":")
-        .unwrap();
-    &json[at..]
+/// Where the tail of `json` after its body starts (the bytes `tail::parse_tail` takes).
+fn tail_start(json: &[u8]) -> Option<usize> {
+    json.windows(14).position(|w| w == b",\"properties\":")
+}
+
+/// Random record `n` of a tail test: a `body_len`-byte body at most, and every other record
+/// without the characters JSON escapes.
+fn tail_record(rng: &mut Rng, n: usize, body_len: usize) -> BackupRecord {
+    let mut rec = rng.record();
+    rec.body.truncate(body_len);
+    if n.is_multiple_of(2) {
+        rec = without_escapes(&rec);
+    }
+    rec
 }
 
 /// Checks one mutated or crafted record: `decode_record` gives what serde_json gives (both
@@ -1052,7 +1059,7 @@ fn tail_agrees(json: &[u8], case: &str) -> bool {
             String::from_utf8_lossy(json)
         ),
     }
-    if let Some(at) = json.windows(14).position(|w| w == b",\"properties\":") {
+    if let Some(at) = tail_start(json) {
         if let Some(mut fast) = tail::parse_tail(&json[at..]) {
             let reference = reference.as_ref().unwrap_or_else(|e| {
                 panic!(
@@ -1104,15 +1111,11 @@ fn record_tails_agree_with_serde_json() {
     let mut rng = Rng(0x7A11);
     let (mut fast, mut with_float) = (0, 0);
     for n in 0..2000 {
-        let mut rec = rng.record();
-        rec.body.truncate(8);
-        if n % 2 == 0 {
-            rec = without_escapes(&rec);
-        }
+        let rec = tail_record(&mut rng, n, 8);
         let json = encode(&rec);
         let took_fast = tail_agrees(&json, &format!("record {n}"));
         let floats = rec.headers.iter().any(|(_, v)| has_float(v));
-        let escapes = tail_of(&json).contains(&b'\\');
+        let escapes = json[tail_start(&json).unwrap()..].contains(&b'\\');
         assert_eq!(took_fast, !escapes, "record {n}");
         fast += usize::from(took_fast);
         with_float += usize::from(floats);
@@ -1133,13 +1136,8 @@ fn mutated_tails_agree_with_serde_json() {
     let mut rng = Rng(0x7A12);
     let (mut accepted, mut fast) = (0, 0);
     for n in 0..6000 {
-        let mut rec = rng.record();
-        rec.body.truncate(4);
-        if n % 2 == 0 {
-            rec = without_escapes(&rec);
-        }
-        let mut json = encode(&rec);
-        let start = json.len() - tail_of(&json).len();
+        let mut json = encode(&tail_record(&mut rng, n, 4));
+        let start = tail_start(&json).unwrap();
         for _ in 0..1 + rng.below(3) {
             let pos = start + rng.below((json.len() - start) as u64) as usize;
             let c = ALPHABET[rng.below(ALPHABET.len() as u64) as usize];

@@ -61,7 +61,7 @@ impl PutProperties for BasicProperties {
 
 /// Properties encoded once, before publishing (a restore encodes them on its decode threads, so
 /// the publishing thread only copies bytes): the output of [`put_properties`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct EncodedProperties(Vec<u8>);
 
 impl EncodedProperties {
