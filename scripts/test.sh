@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# The whole test suite: starts the local RabbitMQ and the object-storage emulators (SeaweedFS,
-# Azurite, fake-gcs-server), the two TLS brokers (scripts/setup-rabbitmq-tls.sh) and the
-# three-node test cluster (scripts/setup-rabbitmq-cluster.sh) the integration tests need,
-# installing them if missing, then runs
-# every unit and integration test, and a short coverage-guided fuzz run of every decoder of
-# untrusted bytes (scripts/fuzz.sh, RMQ_BACKUP_FUZZ_SECS seconds per target, default 5; 0
-# skips it). The fuzz targets build beside the tests, which mostly wait on the broker.
+# The whole test suite: starts the local RabbitMQ 3.10.8 and the object-storage emulators
+# (SeaweedFS, Azurite, fake-gcs-server), the two TLS brokers (scripts/setup-rabbitmq-tls.sh),
+# the three-node test cluster (scripts/setup-rabbitmq-cluster.sh) and RabbitMQ 4.3.6 and
+# 4.0.5 in Debian chroots (scripts/setup-rabbitmq-4x.sh) the integration tests need,
+# installing them if missing, then runs every unit and integration test against RabbitMQ
+# 4.3.6 (RMQ_TEST_BROKER, tests/common), the cross-version set against 4.0.5 and 3.10.8, and
+# a short coverage-guided fuzz run of every decoder of untrusted bytes (scripts/fuzz.sh,
+# RMQ_BACKUP_FUZZ_SECS seconds per target, default 5; 0 skips it). The fuzz targets build
+# beside the tests, which mostly wait on the broker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-rabbitmq.sh
 scripts/setup-storage.sh
 scripts/setup-rabbitmq-tls.sh
 scripts/setup-rabbitmq-cluster.sh
+scripts/setup-rabbitmq-4x.sh
+# The main broker of the integration tests; the cross-version set runs again on the others.
+export RMQ_TEST_BROKER=${RMQ_TEST_BROKER:-4.3}
+cross_version=(delivery_limit backup_restore streams)
+cross_brokers=(4.0 3.10)
 # Tools of the tests: promtool (Debian's prometheus package) for tests/packaging_alerts.rs,
 # the Pushgateway (prometheus-pushgateway; tests/metrics_export.rs starts its own on a free
 # port, the package's service is not used), a container engine (podman; runc, which runs on
@@ -71,9 +78,16 @@ run_group rest "$@" --lib --bins "${rest_args[@]}" &
 groups+=($!)
 run_group doc "$@" --doc &
 groups+=($!)
+mapfile -t cross_args < <(as_args "${cross_version[@]}")
+(
+    for b in "${cross_brokers[@]}"; do
+        RMQ_TEST_BROKER=$b run_group "cross-$b" "$@" "${cross_args[@]}"
+    done
+) &
+groups+=($!)
 wait "${groups[@]}"
 failed=0
-for g in rest cluster packaging doc; do
+for g in rest cluster packaging doc "${cross_brokers[@]/#/cross-}"; do
     echo "=== test group: $g ==="
     cat "$logs/$g"
     [[ -f "$logs/$g.rc" ]] || failed=1

@@ -1,4 +1,4 @@
-//! Tests of the AMQP client against the local RabbitMQ (127.0.0.1:5672, guest/guest).
+//! Tests of the AMQP client against the test broker (`common::broker`, guest/guest).
 
 #[path = "amqp_support/mod.rs"]
 mod common;
@@ -67,9 +67,11 @@ fn connect_and_server_properties() {
 
 #[test]
 fn bad_password_is_authentication_error() {
-    let e = Connection::open(&opts("amqp://guest:wrong-pw@127.0.0.1:5672/%2f"))
-        .err()
-        .unwrap();
+    let e = Connection::open(&opts(
+        &shared::amqp_base().replace("guest:guest", "guest:wrong-pw"),
+    ))
+    .err()
+    .unwrap();
     assert_eq!(
         e,
         Error::Authentication("AMQP authentication failed for user guest".into())
@@ -82,7 +84,7 @@ fn bad_password_is_authentication_error() {
 
 #[test]
 fn missing_vhost_is_authentication_error_with_reason() {
-    let e = Connection::open(&opts("amqp://guest:guest@127.0.0.1:5672/no-such-vhost-xyz"))
+    let e = Connection::open(&opts(&format!("{}/no-such-vhost-xyz", shared::amqp_base())))
         .err()
         .unwrap();
     let msg = e.to_string();

@@ -146,7 +146,7 @@ fn every_failure_is_counted_with_its_error_type() {
 
     // Nothing listens on the AMQP port: connection.
     let before = errors("q", v, "connection");
-    let port1 = amqp.replace("127.0.0.1:5672", "127.0.0.1:1");
+    let port1 = amqp.replace(&format!("127.0.0.1:{}", broker().amqp_port), "127.0.0.1:1");
     let e = rmq_backup::backup::run(
         &config(&base.replace(&amqp, &port1).replace("e1", "e3")),
         fs(),

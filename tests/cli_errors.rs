@@ -123,7 +123,10 @@ fn broker_errors_name_the_cause_and_hide_the_password() {
     assert!(!err.contains(secret) && !out.contains(secret));
 
     // Wrong password.
-    let yaml = yaml.replace("127.0.0.1:1/", "127.0.0.1:5672/");
+    let yaml = yaml.replace(
+        "127.0.0.1:1/",
+        &format!("127.0.0.1:{}/", broker().amqp_port),
+    );
     let (code, out, err) = run_yaml(&dir, "restore", &yaml);
     assert_eq!(code, Some(1));
     assert!(
@@ -209,7 +212,10 @@ fn trace_output_never_shows_a_password() {
     let dir = TempDir::new("trace");
     let store = dir.path().join("store");
     let enc: String = vh.name.bytes().map(|b| format!("%{b:02X}")).collect();
-    let amqp = format!("amqp://{user}:{password}@127.0.0.1:5672/{enc}");
+    let amqp = format!(
+        "amqp://{user}:{password}@127.0.0.1:{}/{enc}",
+        broker().amqp_port
+    );
     let backup = format!(
         "mode: backup\nbackup_id: t\nsource:\n  amqp_url: \"{amqp}\"\n  management_url: \"{}\"\n  management_username: {user}\n  management_password: ${{RMQB_TRACE_TEST_PASSWORD}}\n  queues:\n    vhosts: [\"{}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nmetrics:\n  bind_address: 127.0.0.1\n  port: 0\n",
         management_url(),

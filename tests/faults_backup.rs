@@ -45,7 +45,8 @@ fn source_whole(conn: &rmq_backup::amqp::Connection) {
 fn close_now(prefix: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let out = std::process::Command::new("rabbitmqctl")
+        let out = broker()
+            .rabbitmqctl()
             .args([
                 "list_connections",
                 "-q",
@@ -61,7 +62,8 @@ fn close_now(prefix: &str) {
             .find(|l| l.contains(prefix))
             .and_then(|l| l.split('\t').next())
         {
-            let st = std::process::Command::new("rabbitmqctl")
+            let st = broker()
+                .rabbitmqctl()
                 .args(["close_connection", name, "fault test"])
                 .output()
                 .expect("rabbitmqctl close_connection");
@@ -151,7 +153,7 @@ fn through(proxy: &TcpProxy, vhost: &str) -> String {
 #[test]
 fn a_stalled_network_is_caught_by_the_heartbeat_and_retried() {
     let (vh, conn) = seeded("fault-stall", "classic");
-    let proxy = TcpProxy::start("127.0.0.1:5672".parse().unwrap());
+    let proxy = TcpProxy::start(format!("127.0.0.1:{}", broker().amqp_port).parse().unwrap());
     let dir = TempDir::new("fault-stall");
     let store = dir.path().join("store");
     let yaml = backup_yaml(
@@ -196,7 +198,7 @@ fn a_stalled_network_is_caught_by_the_heartbeat_and_retried() {
 #[test]
 fn a_broker_gone_longer_than_the_retries_ends_the_run_clearly_and_a_rerun_finishes() {
     let (vh, conn) = seeded("fault-gone", "quorum");
-    let proxy = TcpProxy::start("127.0.0.1:5672".parse().unwrap());
+    let proxy = TcpProxy::start(format!("127.0.0.1:{}", broker().amqp_port).parse().unwrap());
     let dir = TempDir::new("fault-gone");
     let store = dir.path().join("store");
     let extra =
@@ -261,7 +263,11 @@ fn the_management_api_down_mid_run_stops_only_what_needs_it() {
         .recv_timeout(Duration::from_secs(10))
         .unwrap()
         .is_some());
-    let proxy = TcpProxy::start("127.0.0.1:15672".parse().unwrap());
+    let proxy = TcpProxy::start(
+        format!("127.0.0.1:{}", broker().management_port)
+            .parse()
+            .unwrap(),
+    );
     let dir = TempDir::new("fault-mgmt");
     let store = dir.path().join("store");
     let extra = "  requeue_strategy: get\n  max_concurrent_queues: 1\n  connection_retries: 1\n  connection_retry_backoff_ms: 300\n  include_definitions: false\n";

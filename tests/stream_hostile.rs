@@ -17,7 +17,7 @@ use std::time::Duration;
 
 fn stream_options(vhost: &str) -> StreamOptions {
     let url = rmq_backup::amqp::AmqpUrl::parse(&amqp_url(vhost)).unwrap();
-    StreamOptions::from_amqp_url(&url, 5552)
+    StreamOptions::from_amqp_url(&url, stream_port())
 }
 
 /// AMQP 1.0 encoding helpers for hand-made messages.

@@ -12,7 +12,8 @@ use rmq_backup::stream::{StreamConnection, StreamOptions};
 
 fn stream_conn(vhost: &str) -> StreamConnection {
     let url = AmqpUrl::parse(&amqp_url(vhost)).unwrap();
-    StreamConnection::open(&StreamOptions::from_amqp_url(&url, 5552)).expect("stream connection")
+    StreamConnection::open(&StreamOptions::from_amqp_url(&url, stream_port()))
+        .expect("stream connection")
 }
 
 /// The stored offset of `reference` on `stream` of `vhost`.

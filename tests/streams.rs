@@ -49,7 +49,7 @@ fn read_stream_protocol(
     use rmq_backup::stream::chunk::parse_chunk;
     use rmq_backup::stream::{OffsetSpec, StreamConnection, StreamOptions};
     let url = rmq_backup::amqp::AmqpUrl::parse(&amqp_url(vhost)).unwrap();
-    let conn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, 5552))
+    let conn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, stream_port()))
         .expect("stream connection");
     let sub = conn
         .subscribe(1, name, OffsetSpec::First, 2)
@@ -413,7 +413,7 @@ fn messages_published_over_the_stream_protocol_back_up_as_a_0_9_1_reader_sees_th
     use rmq_backup::stream::{StreamConnection, StreamOptions};
     let v = TestVhost::new("streams-native");
     let url = rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&v.name)).unwrap();
-    let sconn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, 5552))
+    let sconn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, stream_port()))
         .expect("stream connection");
     sconn.create_stream("native", &[]).expect("create stream");
     let publisher = sconn.declare_publisher(1, "native").expect("publisher");
@@ -481,7 +481,7 @@ fn a_0_9_1_read_of_a_stream_ends_at_the_true_end_of_a_large_last_chunk() {
     use rmq_backup::stream::{StreamConnection, StreamOptions};
     let v = TestVhost::new("streams-big-chunk");
     let url = rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&v.name)).unwrap();
-    let sconn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, 5552))
+    let sconn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, stream_port()))
         .expect("stream connection");
     sconn.create_stream("big", &[]).expect("create stream");
     let publisher = sconn.declare_publisher(1, "big").expect("publisher");

@@ -72,6 +72,7 @@ impl ThreadConnection {
                 // too, so large messages still hold at most ~8 MiB here.
                 options.consumer_buffer = CONSUMER_BUFFER;
                 let conn = ctx.nodes.connect(&options, node)?;
+                ctx.broker_version.observe(conn.server_properties());
                 let control = conn.open_channel()?;
                 Open {
                     vhost: vhost.to_string(),

@@ -104,7 +104,12 @@ pub fn plan(cfg: &Config) -> Result<DryRun> {
         source.management_password.expose(),
         resolved.management.as_deref(),
     )?;
-    let (mut chosen, mut skipped) = select_queues(&mgmt, source)?;
+    let version = mgmt
+        .overview()?
+        .broker_version
+        .as_deref()
+        .and_then(crate::broker::BrokerVersion::parse);
+    let (mut chosen, mut skipped) = select_queues(&mgmt, source, opts, version)?;
     if let Some(s) = &shard {
         chosen.retain(|q| s.owns(&q.vhost, &q.name));
         skipped.retain(|q| s.owns(&q.vhost, &q.name));

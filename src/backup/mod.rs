@@ -21,6 +21,7 @@ mod conns;
 pub mod dry_run;
 mod earlier_run;
 mod queue;
+mod quorum;
 mod resume;
 mod retry;
 mod run_state;
@@ -100,6 +101,16 @@ impl std::fmt::Display for LeftOut {
             self.name, self.vhost, self.queue_type, self.messages, self.reason
         )
     }
+}
+
+/// How a queue thread's work on one queue ended, when it did not fail.
+enum Finished {
+    /// Backed up: its manifest entry.
+    Backup(QueueBackup),
+    /// Deleted on the broker after it was listed.
+    Deleted,
+    /// Left alone (its read stopped at its delivery limit).
+    Skipped(SkippedQueue),
 }
 
 /// What a backup run did, for the final summary.
@@ -190,6 +201,7 @@ fn run_job(
     } else {
         Nodes::new(resolved.urls)
     };
+    let broker_version = quorum::SeenVersion::new(overview.broker_version.as_deref());
     manifest.source_cluster = overview.cluster_name;
     manifest.broker_version = overview.broker_version;
     alarm::check_headroom(&mgmt)?;
@@ -249,7 +261,7 @@ fn run_job(
         interrupted.is_some(),
         &lock,
     );
-    let (mut queues, mut skipped) = select_queues(&mgmt, source)?;
+    let (mut queues, mut skipped) = select_queues(&mgmt, source, opts, broker_version.get())?;
     if let Some(shard) = &target.shard {
         let all = queues.len();
         queues.retain(|q| shard.owns(&q.vhost, &q.name));
@@ -298,6 +310,7 @@ fn run_job(
         backup_id,
         checkpoint_id: target.checkpoint_id(),
         earlier_run,
+        broker_version,
         compression,
         encrypt: recipients.as_ref(),
         spool: spool.path(),
@@ -322,8 +335,17 @@ fn run_job(
     let mut deleted = Vec::new();
     for (info, result) in queues.iter().zip(results) {
         match result {
-            Ok(Some(q)) => manifest.queues.push(q),
-            Ok(None) => deleted.push(format!("queue {} in vhost {}", info.name, info.vhost)),
+            Ok(Finished::Backup(q)) => manifest.queues.push(q),
+            Ok(Finished::Deleted) => {
+                deleted.push(format!("queue {} in vhost {}", info.name, info.vhost))
+            }
+            Ok(Finished::Skipped(q)) => {
+                metrics::global()
+                    .queues_skipped
+                    .with([&q.name, &q.vhost, &q.queue_type])
+                    .inc();
+                skipped.push(q);
+            }
             Err(e) => {
                 failures += 1;
                 log::error!(
@@ -406,6 +428,9 @@ pub(super) struct QueueContext<'a> {
     /// An earlier run of this backup that may still hold messages; this run's connection
     /// names.
     earlier_run: earlier_run::EarlierRun,
+    /// The source broker's version: what giving a quorum queue's messages back costs
+    /// (`quorum`).
+    broker_version: quorum::SeenVersion,
     compression: Compression,
     /// `backup.encryption`: the recipients every segment is encrypted to.
     encrypt: Option<&'a Recipients>,
@@ -465,7 +490,7 @@ fn run_queues(
     ctx: &QueueContext,
     storage: Arc<dyn Storage>,
     queues: &[QueueInfo],
-) -> Vec<Result<Option<QueueBackup>>> {
+) -> Vec<Result<Finished>> {
     // A continuous backup follows every stream at once (a stream waiting for a free thread
     // would never start).
     let limit = if ctx.opts.stop_at_current_depth {
@@ -479,7 +504,7 @@ fn run_queues(
     let next = AtomicU64::new(0);
     // Queue threads still reading; the alarm watch ends with the last.
     let running = &AtomicUsize::new(workers);
-    let results: Mutex<Vec<Option<Result<Option<QueueBackup>>>>> =
+    let results: Mutex<Vec<Option<Result<Finished>>>> =
         Mutex::new((0..queues.len()).map(|_| None).collect());
     std::thread::scope(|s| {
         for _ in 0..workers.min(4) {
@@ -493,7 +518,7 @@ fn run_queues(
         let results = &results;
         spawn_named(s, "queue-finish", move || {
             for (i, storing) in storing_rx {
-                let r = storing.finish().map(Some);
+                let r = storing.finish().map(Finished::Backup);
                 if let Ok(mut all) = results.lock() {
                     all[i] = Some(r);
                 }
@@ -534,7 +559,7 @@ fn read_queues<'a>(
     ctx: &'a QueueContext<'a>,
     queues: &'a [QueueInfo],
     next: &AtomicU64,
-    results: &Mutex<Vec<Option<Result<Option<QueueBackup>>>>>,
+    results: &Mutex<Vec<Option<Result<Finished>>>>,
     upload_tx: &crossbeam_channel::Sender<Upload>,
     storing: &crossbeam_channel::Sender<(usize, Storing<'a>)>,
     thread: usize,
@@ -568,8 +593,9 @@ fn read_queues<'a>(
                 Ok(()) => continue,
                 Err(_) => Err(Error::Io("queue finishing thread stopped".into())),
             },
-            Ok(Some(Outcome::Done(b))) => Ok(Some(b)),
-            Ok(None) => Ok(None),
+            Ok(Some(Outcome::Done(b))) => Ok(Finished::Backup(b)),
+            Ok(Some(Outcome::Skipped(s))) => Ok(Finished::Skipped(s)),
+            Ok(None) => Ok(Finished::Deleted),
             Err(e) => Err(e),
         };
         if let Ok(mut all) = results.lock() {

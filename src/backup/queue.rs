@@ -4,10 +4,11 @@
 //! last segments are stored: [`Storing::finish`] completes the queue once they are.
 
 use super::conns::ThreadConnection;
+use super::quorum::{self, Decision};
 use super::resume;
 use super::segments::{build_segments, Batches, Stored, Upload};
 use super::unacked::{self, AtStart};
-use super::{LeftOut, QueueContext};
+use super::{LeftOut, QueueContext, SkippedQueue};
 use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
 use crate::error::{Error, Result};
@@ -25,11 +26,13 @@ use std::time::Instant;
 /// Batches in flight between a queue thread and its segment builder.
 const BATCH_CHANNEL: usize = 4;
 
-/// What a queue thread hands on: a queue backed up earlier (a rerun's), or one whose read is
-/// over and whose segments are being stored.
+/// What a queue thread hands on: a queue backed up earlier (a rerun's), one whose read is
+/// over and whose segments are being stored, or one whose read stopped at its delivery limit
+/// (`super::quorum`), left alone.
 pub(super) enum Outcome<'a> {
     Done(QueueBackup),
     Storing(Storing<'a>),
+    Skipped(SkippedQueue),
 }
 
 /// A queue read to its depth at start, its last segments perhaps still on their way to
@@ -74,6 +77,17 @@ pub(super) fn backup_queue<'a>(
         );
         strategy = RequeueStrategy::Get;
     }
+    let decision = match kind {
+        QueueType::Quorum => quorum_decision(ctx, q)?,
+        _ => Decision::Counted,
+    };
+    if kind == QueueType::Quorum {
+        decision.log_once(ctx.broker_version.get(), strategy);
+    }
+    if let Decision::Skip(why) = &decision {
+        // Decided at the selection with the version then known; a node seen since is older.
+        return Ok(Some(Outcome::Skipped(skipped(q, kind, why.clone()))));
+    }
     if kind == QueueType::Quorum && matches!(strategy, RequeueStrategy::Get | RequeueStrategy::Nack)
     {
         // Measured on 3.10.8: when a connection holding basic.get deliveries of a quorum queue
@@ -115,7 +129,10 @@ pub(super) fn backup_queue<'a>(
             build_segments(ctx, q, &m, batch_rx, uploads, after)
         });
         let mut batches = Batches::new(&batch_tx, &m);
-        let mut sink = |d: crate::amqp::Delivery| -> Result<()> {
+        let mut sink = |mut d: crate::amqp::Delivery| -> Result<()> {
+            if kind == QueueType::Quorum {
+                quorum::strip_broker_headers(&mut d.properties);
+            }
             batches.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()))
         };
         let should_stop = || {
@@ -143,7 +160,7 @@ pub(super) fn backup_queue<'a>(
             &q.name,
             at_start.ready,
             kind,
-            strategy,
+            decision.plan(strategy),
             &mut sink,
             &should_stop,
         );
@@ -169,6 +186,21 @@ pub(super) fn backup_queue<'a>(
         }
         (Err(e), Ok(_)) => return Err(e),
         (_, Err(e)) => return Err(e),
+        (Ok(outcome), Ok(segments)) if outcome.at_limit.is_some() => {
+            let count = outcome.at_limit.unwrap_or_default();
+            segments.discard();
+            let limit = decision.plan(strategy).delivery_limit.unwrap_or_default();
+            return Ok(Some(Outcome::Skipped(skipped(
+                q,
+                kind,
+                format!(
+                    "it is a quorum queue with a delivery limit of {limit}, and message {} was delivered with x-delivery-count {count}: given back once more it would be at the limit, so the read stopped and every message went back ({} counts one more failed delivery each on {}); the next read would drop or dead-letter it. Remedies: RabbitMQ 4.3 or later, or a policy with \"delivery-limit\": -1 on this queue while the backup runs",
+                    outcome.read + 1,
+                    outcome.read + 1,
+                    ctx.broker_version.get().map_or_else(|| "this broker".to_string(), |v| format!("RabbitMQ {v}"))
+                ),
+            ))));
+        }
         (Ok(outcome), Ok(segments)) => {
             log::info!(
                 "queue {} in vhost {}: {} messages in {} segment(s), {:.1} s",
@@ -228,6 +260,45 @@ impl Storing<'_> {
         }
         Ok(backup)
     }
+}
+
+/// How long a quorum queue listed without its policies may take to show them.
+const POLICY_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// [`quorum::decide`] for `q`, asking the management API again (every 500 ms, at most
+/// [`POLICY_WAIT`]) while it lists the queue without its policies; a limit still unknown
+/// then leaves the queue alone.
+///
+/// Errors: the management API's.
+fn quorum_decision(ctx: &QueueContext, q: &QueueInfo) -> Result<Decision> {
+    let started = Instant::now();
+    let mut current = std::borrow::Cow::Borrowed(q);
+    loop {
+        let d = quorum::decide(&current, ctx.broker_version.get(), ctx.opts);
+        if d != Decision::Unknown {
+            return Ok(d);
+        }
+        if started.elapsed() > POLICY_WAIT {
+            return Ok(Decision::Skip(format!(
+                "its delivery limit is not known: the management API did not report the policies of this quorum queue within {} s, and every return counts on this broker",
+                POLICY_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        current = std::borrow::Cow::Owned(ctx.mgmt.get_queue(&q.vhost, &q.name)?);
+    }
+}
+
+/// The skipped queue `q` of type `kind`, logged as a warning.
+fn skipped(q: &QueueInfo, kind: QueueType, reason: String) -> SkippedQueue {
+    let s = SkippedQueue {
+        vhost: q.vhost.clone(),
+        name: q.name.clone(),
+        queue_type: kind.as_str().to_string(),
+        reason,
+    };
+    log::warn!("skipped {s}");
+    s
 }
 
 /// True for the errors of a queue deleted after it was listed: the broker's `NOT_FOUND` on a

@@ -401,6 +401,8 @@ mod tests {
             node: None,
             state: None,
             message_bytes: 0,
+            delivery_limit: None,
+            policy_known: true,
         };
         let o = |a, b| Some((a, b));
         // By offsets: 1..3 follow each other; 5 starts after a hole (segment 4's offsets).

@@ -120,6 +120,29 @@ impl Stored<'_> {
         Ok(self.done)
     }
 
+    /// For a read that does not go into the backup: waits until the segments are stored and
+    /// deletes them (best effort: a storage that refuses leaves them, listed by no manifest,
+    /// for `forget --prune`). Failures are logged.
+    pub(super) fn discard(self) {
+        let (ctx, q) = (self.ctx, self.q);
+        let keys: Vec<String> = match self.wait() {
+            Ok(done) => done.into_iter().map(|s| s.key).collect(),
+            Err(e) => {
+                log::warn!(
+                    "queue {} in vhost {}: segments of a read left out of the backup not all stored ({e}); what was stored is removed by the next completed run or forget --prune",
+                    q.name,
+                    q.vhost
+                );
+                return;
+            }
+        };
+        for key in keys {
+            if let Err(e) = ctx.storage.delete(&key) {
+                log::warn!("{key}: segment of a read left out of the backup could not be removed ({e}); forget --prune removes it");
+            }
+        }
+    }
+
     /// The number of segments, stored or on their way.
     pub(super) fn len(&self) -> usize {
         self.done.len() + self.pending.len()

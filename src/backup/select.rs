@@ -1,42 +1,70 @@
 //! Which queues a backup reads: the management API's list, filtered by `source.queues`
 //! (`crate::selection`), minus the selected queues a backup would harm (exclusive queues,
-//! quorum queues with a delivery limit, types it cannot read), which are skipped and named.
+//! quorum queues whose delivery limit every give-back counts against on this broker:
+//! `super::quorum`, types it cannot read), which are skipped and named.
 
+use super::quorum::{self, Decision};
 use super::SkippedQueue;
-use crate::broker::QueueType;
-use crate::config::SourceConfig;
+use crate::broker::{BrokerVersion, QueueType};
+use crate::config::{BackupOptions, SourceConfig};
 use crate::error::Result;
 use crate::management::{ManagementClient, QueueInfo};
 use crate::selection;
 
 /// Lists the broker's queues and applies `source.queues`. Returns the queues to back up (sorted
 /// by vhost, name) and the selected queues that are skipped, with the reason (each logged as a
-/// warning).
+/// warning). `version`: the broker's, which decides what a quorum queue's give-back costs.
 pub(super) fn select_queues(
     mgmt: &ManagementClient,
     source: &SourceConfig,
+    opts: &BackupOptions,
+    version: Option<BrokerVersion>,
 ) -> Result<(Vec<QueueInfo>, Vec<SkippedQueue>)> {
     let mut chosen = Vec::new();
     let mut skipped = Vec::new();
     for q in mgmt.list_queues()? {
         let reason = match q.queue_type {
-            Some(kind) if !selection::selected(source.queues.as_ref(), &q.vhost, &q.name, kind, q.messages) => {
+            Some(kind)
+                if !selection::selected(
+                    source.queues.as_ref(),
+                    &q.vhost,
+                    &q.name,
+                    kind,
+                    q.messages,
+                ) =>
+            {
                 log::debug!("queue {} in vhost {} not selected", q.name, q.vhost);
                 continue;
             }
             // A type rmq-backup does not know: selected only when no `types` filter is set.
-            None if !selection::selected_any_type(source.queues.as_ref(), &q.vhost, &q.name, q.messages) => {
-                log::debug!("queue {} in vhost {} (type {}) not selected", q.name, q.vhost, q.type_name);
+            None if !selection::selected_any_type(
+                source.queues.as_ref(),
+                &q.vhost,
+                &q.name,
+                q.messages,
+            ) =>
+            {
+                log::debug!(
+                    "queue {} in vhost {} (type {}) not selected",
+                    q.name,
+                    q.vhost,
+                    q.type_name
+                );
                 continue;
             }
-            None => Some(format!("its type {} is not one rmq-backup can read", q.type_name)),
+            None => Some(format!(
+                "its type {} is not one rmq-backup can read",
+                q.type_name
+            )),
             // Streams are read with the stream protocol or through AMQP 0-9-1
             // (`backup.stream_enabled`), never skipped.
             Some(QueueType::Stream) => None,
             Some(_) if q.exclusive => Some("it is exclusive to another connection".to_string()),
-            Some(_) => delivery_limit(&q).map(|limit| format!(
-                "it is a quorum queue with a delivery limit of {limit}: reading it without acknowledging raises every message's x-delivery-count, so a backup could dead-letter or drop messages"
-            )),
+            Some(QueueType::Quorum) => match quorum::decide(&q, version, opts) {
+                Decision::Skip(why) => Some(why),
+                _ => None,
+            },
+            Some(QueueType::Classic) => None,
         };
         if let Some(reason) = reason {
             let s = SkippedQueue {
@@ -60,21 +88,6 @@ pub(super) fn select_queues(
     }
     chosen.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
     Ok((chosen, skipped))
-}
-
-/// The delivery limit of a quorum queue, from its `x-delivery-limit` argument or its
-/// effective policy's `delivery-limit` (RabbitMQ "Quorum Queues", poison message handling).
-/// Every requeue raises a quorum message's delivery count (ENVIRONMENT.md), and past the limit
-/// the broker dead-letters or drops it, so such queues are not read.
-fn delivery_limit(q: &QueueInfo) -> Option<i64> {
-    if q.queue_type != Some(QueueType::Quorum) {
-        return None;
-    }
-    q.arguments
-        .get("x-delivery-limit")
-        .or_else(|| q.effective_policy_definition.get("delivery-limit"))
-        .and_then(|v| v.as_i64())
-        .filter(|limit| *limit > 0)
 }
 
 /// True when the queue has a length limit (`x-max-length[-bytes]` or the policy's

@@ -61,8 +61,14 @@ pub struct BackupOptions {
     /// a queue's whole depth unacknowledged: each consumer's prefetch is sized to what it must
     /// hold (see `reader`), and the backup warns when the field is set.
     pub prefetch_count: Option<u16>,
-    /// Default cancel.
+    /// Default cancel. Quorum queues on RabbitMQ 4.3+ are always given back with
+    /// `basic.nack(requeue)`, which does not count as a failed delivery (`backup/quorum.rs`).
     pub requeue_strategy: RequeueStrategy,
+    /// Read quorum queues with a finite delivery limit on a broker that counts every return
+    /// against it (3.x, 4.0-4.2); default false: such queues are left alone (exit 4). When
+    /// true, a read stops at the first message whose return would leave it at the limit, and
+    /// the queue is reported as skipped; every message a read holds still costs one count.
+    pub read_queues_with_delivery_limit: bool,
     /// Queues backed up in parallel (one AMQP connection each); default 4; >= 1.
     pub max_concurrent_queues: usize,
     /// SPEC.md's "seconds between checkpoint writes" (default 5, >= 1 when set): accepted and
@@ -123,6 +129,7 @@ impl Default for BackupOptions {
             compression_level: 3,
             prefetch_count: None,
             requeue_strategy: RequeueStrategy::Cancel,
+            read_queues_with_delivery_limit: false,
             max_concurrent_queues: 4,
             checkpoint_interval_secs: None,
             sync_interval_secs: 30,

@@ -203,6 +203,7 @@ fn full_example_parses_every_field() {
             compression_level: 9,
             prefetch_count: Some(0),
             requeue_strategy: RequeueStrategy::Nack,
+            read_queues_with_delivery_limit: false,
             max_concurrent_queues: 2,
             checkpoint_interval_secs: Some(10),
             sync_interval_secs: 20,

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 const HEALTH_ALARMS: &str = "/api/health/checks/alarms";
 
 /// One queue as listed by `GET /api/queues` (fields of the management API).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct QueueInfo {
     /// Virtual host name (`/` for the default vhost).
     pub vhost: String,
@@ -53,6 +53,14 @@ pub struct QueueInfo {
     /// `message_bytes`: the bodies of its messages, ready and unacknowledged, in bytes (0 when
     /// the statistics do not have it yet; streams report their log size).
     pub message_bytes: u64,
+    /// `delivery_limit` of a quorum queue as RabbitMQ 4.x reports it, whatever set it (its
+    /// default of 20, the argument, a policy, an operator policy): `Some(-1)` for
+    /// `"unlimited"`; `None` where the API does not report it (3.x, other queue types).
+    pub delivery_limit: Option<i64>,
+    /// True when the listing says which policies apply (`effective_policy_definition` or
+    /// `delivery_limit` present): a queue declared less than a statistics interval ago is
+    /// listed without them while the broker collects statistics.
+    pub policy_known: bool,
 }
 
 /// The queue object as the API sends it; every field optional since `columns` and stats vary.
@@ -90,6 +98,8 @@ pub(super) struct RawQueue {
     state: Option<String>,
     #[serde(default)]
     message_bytes: Option<u64>,
+    #[serde(default)]
+    delivery_limit: Option<Value>,
 }
 
 /// Turns a JSON value into a map; `[]` (how the broker sometimes renders an empty map) and `null`
@@ -112,6 +122,7 @@ impl From<RawQueue> for QueueInfo {
             (None, ready, unacked) => ready.unwrap_or(0).saturating_add(unacked.unwrap_or(0)),
         };
         let type_name = r.type_name.unwrap_or_default();
+        let policy_known = r.effective_policy_definition.is_some() || r.delivery_limit.is_some();
         let policy = match r.policy {
             Some(Value::String(s)) if !s.is_empty() => Some(s),
             _ => None,
@@ -133,6 +144,12 @@ impl From<RawQueue> for QueueInfo {
             node: r.leader.or(r.node).filter(|n| !n.is_empty()),
             state: r.state,
             message_bytes: r.message_bytes.unwrap_or(0),
+            policy_known,
+            delivery_limit: match r.delivery_limit {
+                Some(Value::Number(n)) => n.as_i64(),
+                Some(Value::String(s)) if s == "unlimited" => Some(-1),
+                _ => None,
+            },
         }
     }
 }

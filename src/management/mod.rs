@@ -41,7 +41,8 @@ const MAX_BODY_BYTES: u64 = 1 << 30;
 const ATTEMPTS: u32 = 3;
 /// Columns requested from `/api/queues` to keep the payload small.
 const QUEUE_COLUMNS: &str = "vhost,name,type,messages,messages_ready,messages_unacknowledged,\
-durable,auto_delete,exclusive,arguments,policy,effective_policy_definition,node,leader,state,message_bytes";
+durable,auto_delete,exclusive,arguments,policy,effective_policy_definition,node,leader,state,message_bytes,\
+delivery_limit";
 
 /// Characters left as they are in a path segment: ASCII letters, digits, `-`, `_`, `~`, `.`
 /// (RFC 3986 unreserved). Everything else, including `/`, `+`, `%` and space, is percent-encoded.

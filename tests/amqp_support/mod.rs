@@ -9,7 +9,7 @@ pub struct Vhost {
 
 /// One management API call as guest (ureq, so the tests need no curl); returns the body.
 pub fn curl(method: &str, path: &str, body: Option<&str>) -> String {
-    let url = format!("http://127.0.0.1:15672/api/{path}");
+    let url = format!("{}/api/{path}", crate::shared::management_url());
     let auth = "Basic Z3Vlc3Q6Z3Vlc3Q="; // guest:guest
     let result = match (method, body) {
         ("GET", _) => ureq::get(&url).header("authorization", auth).call(),
@@ -45,7 +45,7 @@ impl Vhost {
     }
 
     pub fn url(&self) -> String {
-        format!("amqp://guest:guest@127.0.0.1:5672/{}", self.name)
+        format!("{}/{}", crate::shared::amqp_base(), self.name)
     }
 
     pub fn connect(&self) -> Connection {
@@ -169,7 +169,12 @@ pub mod raw {
         }
 
         pub fn open(vhost: &str) -> RawConn {
-            let t = Transport::connect_tcp("127.0.0.1", 5672, Duration::from_secs(5)).unwrap();
+            let t = Transport::connect_tcp(
+                "127.0.0.1",
+                crate::shared::broker().amqp_port,
+                Duration::from_secs(5),
+            )
+            .unwrap();
             t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             let w = t.try_clone().unwrap();
             let mut c = RawConn {

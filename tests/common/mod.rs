@@ -2,9 +2,11 @@
 //! (deleted on drop), a diverse message set, publishing, non-destructive reading, comparison,
 //! and running the real binary.
 //!
-//! The broker is the one `scripts/setup-rabbitmq.sh` starts: AMQP 127.0.0.1:5672 and the
-//! management API on 127.0.0.1:15672, guest/guest (override with RMQ_TEST_AMQP_URL,
-//! RMQ_TEST_MANAGEMENT_URL).
+//! The broker is chosen by `RMQ_TEST_BROKER` ([`broker`]): `4.3` (the default, RabbitMQ 4.3.6
+//! of `scripts/setup-rabbitmq-4x.sh`), `4.0` (4.0.5, beside it), `3.10` (the host's 3.10.8 of
+//! `scripts/setup-rabbitmq.sh`) or `4.3-no-metrics` (4.3.6 with the management API's message
+//! statistics off); guest/guest. `RMQ_TEST_AMQP_URL` and `RMQ_TEST_MANAGEMENT_URL` override
+//! the URLs.
 #![allow(dead_code)]
 
 use rmq_backup::amqp::{
@@ -20,13 +22,125 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+/// A test broker: its ports on 127.0.0.1 and how to run its `rabbitmqctl`.
+#[derive(Debug)]
+pub struct TestBroker {
+    /// What `RMQ_TEST_BROKER` calls it.
+    pub name: &'static str,
+    /// RabbitMQ's (major, minor) version.
+    pub version: (u32, u32),
+    pub amqp_port: u16,
+    pub management_port: u16,
+    pub stream_port: u16,
+    /// The chroot it runs in (`scripts/setup-rabbitmq-4x.sh`), under `RMQ_BACKUP_BROKERS_DIR`;
+    /// `None`: the host's own broker.
+    chroot: Option<&'static str>,
+}
+
+const BROKERS: [TestBroker; 4] = [
+    TestBroker {
+        name: "4.3",
+        version: (4, 3),
+        amqp_port: 5692,
+        management_port: 15692,
+        stream_port: 5572,
+        chroot: Some("rabbitmq-4.3"),
+    },
+    TestBroker {
+        name: "4.0",
+        version: (4, 0),
+        amqp_port: 5690,
+        management_port: 15690,
+        stream_port: 5570,
+        chroot: Some("rabbitmq-4.0"),
+    },
+    TestBroker {
+        name: "3.10",
+        version: (3, 10),
+        amqp_port: 5672,
+        management_port: 15672,
+        stream_port: 5552,
+        chroot: None,
+    },
+    TestBroker {
+        name: "4.3-no-metrics",
+        version: (4, 3),
+        amqp_port: 5694,
+        management_port: 15694,
+        stream_port: 5574,
+        chroot: Some("rabbitmq-4.3-no-metrics"),
+    },
+];
+
+impl TestBroker {
+    /// The broker `RMQ_TEST_BROKER` names; panics on a name it does not know.
+    pub fn named(name: &str) -> &'static TestBroker {
+        BROKERS.iter().find(|b| b.name == name).unwrap_or_else(|| {
+            panic!("RMQ_TEST_BROKER={name}: not one of 4.3, 4.0, 3.10, 4.3-no-metrics")
+        })
+    }
+
+    /// True for RabbitMQ 4.x.
+    pub fn is_4x(&self) -> bool {
+        self.version.0 >= 4
+    }
+
+    /// True where every quorum queue has a delivery limit of 20 without any argument or policy
+    /// (4.0 and later).
+    pub fn default_delivery_limit(&self) -> bool {
+        self.is_4x()
+    }
+
+    /// True where `basic.nack(requeue)` gives a quorum queue's message back without raising
+    /// its delivery count (4.3 and later).
+    pub fn uncounted_nack(&self) -> bool {
+        self.version >= (4, 3)
+    }
+
+    /// `rabbitmqctl` of this broker (in its chroot for 4.x).
+    pub fn rabbitmqctl(&self) -> Command {
+        match self.chroot {
+            Some(dir) => {
+                let base = std::env::var("RMQ_BACKUP_BROKERS_DIR")
+                    .unwrap_or_else(|_| "/opt/rmq-backup-brokers".into());
+                let mut c = Command::new("chroot");
+                c.arg(Path::new(&base).join(dir)).arg("rabbitmqctl");
+                c
+            }
+            None => Command::new("rabbitmqctl"),
+        }
+    }
+
+    pub fn amqp_base(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}", self.amqp_port)
+    }
+
+    pub fn management_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.management_port)
+    }
+
+    pub fn management(&self) -> ManagementClient {
+        ManagementClient::new(&self.management_url(), "guest", "guest", None)
+            .expect("management client")
+    }
+}
+
+/// The broker under test: `RMQ_TEST_BROKER` (default `4.3`).
+pub fn broker() -> &'static TestBroker {
+    TestBroker::named(&std::env::var("RMQ_TEST_BROKER").unwrap_or_else(|_| "4.3".into()))
+}
+
+/// The test broker's stream protocol port.
+pub fn stream_port() -> u16 {
+    broker().stream_port
+}
+
 pub fn amqp_base() -> String {
-    std::env::var("RMQ_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672".into())
+    std::env::var("RMQ_TEST_AMQP_URL").unwrap_or_else(|_| broker().amqp_base())
 }
 
 pub fn management_url() -> String {
-    std::env::var("RMQ_TEST_MANAGEMENT_URL").unwrap_or_else(|_| "http://127.0.0.1:15672".into())
+    std::env::var("RMQ_TEST_MANAGEMENT_URL").unwrap_or_else(|_| broker().management_url())
 }
 
 /// `Authorization` header of the test broker's management API (guest:guest).
@@ -421,7 +535,7 @@ pub fn seqs(ds: &[Delivery]) -> Vec<i64> {
 /// Reads the first `n` messages of `queue` without removing any (consume windows without ack,
 /// then close), in order.
 pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
-    let mut out = Vec::with_capacity(n);
+    let mut out: Vec<Delivery> = Vec::with_capacity(n);
     let mut channels = Vec::new();
     while out.len() < n {
         let window = (n - out.len()).min(65_535);
@@ -436,6 +550,7 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
                 &FieldTable::new(),
             )
             .expect("consume");
+        let mut last_tag = 0;
         for _ in 0..window {
             let d = consumer
                 .recv_timeout(Duration::from_secs(60))
@@ -443,33 +558,50 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
                 .unwrap_or_else(|| {
                     panic!("queue {queue}: only {} of {n} messages arrived", out.len())
                 });
+            last_tag = d.delivery_tag;
             out.push(d);
         }
-        channels.push((ch, consumer));
+        channels.push((ch, consumer, last_tag));
     }
     let control = conn.open_channel().expect("channel");
     let before = control
         .queue_declare_passive(queue)
         .expect("passive declare")
         .message_count;
-    for (ch, consumer) in channels {
+    // On 4.x a nack gives the messages back in order (and on 4.3 without raising a quorum
+    // message's delivery count, where a close raises it); 3.10 applies a large nack to a
+    // quorum queue in hash order, and a close keeps the order.
+    // The channels close once the nacked messages are back (a close first would return them
+    // itself).
+    for (ch, consumer, last_tag) in &channels {
         let _ = ch.basic_cancel(consumer.tag());
+        if broker().is_4x() {
+            let _ = ch.basic_nack(*last_tag, true, true);
+        }
+    }
+    let back = || {
+        // Quorum queues apply returns asynchronously: wait until the messages are ready again.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while (control
+            .queue_declare_passive(queue)
+            .expect("passive declare")
+            .message_count as usize)
+            < before as usize + n
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "queue {queue}: peeked messages did not come back"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    if broker().is_4x() {
+        back();
+    }
+    for (ch, _, _) in channels {
         let _ = ch.close();
     }
-    // Quorum queues apply returns asynchronously: wait until the messages are ready again.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while (control
-        .queue_declare_passive(queue)
-        .expect("passive declare")
-        .message_count as usize)
-        < before as usize + n
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "queue {queue}: peeked messages did not come back"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    back();
     let _ = control.close();
     out
 }
@@ -527,9 +659,11 @@ pub enum Headers {
 }
 
 impl Headers {
-    /// The header behaviour of a queue of type `kind` (`classic`, `quorum`, `stream`).
+    /// The header behaviour of a queue of type `kind` (`classic`, `quorum`, `stream`) on the
+    /// test broker: RabbitMQ 4.x sorts every message's header keys when it is published, on
+    /// every queue type (measured on 4.0.5 and 4.3.6).
     pub fn of(kind: &str) -> Headers {
-        if kind == "classic" {
+        if kind == "classic" && !broker().is_4x() {
             Headers::InOrder
         } else {
             Headers::Sorted
@@ -537,7 +671,11 @@ impl Headers {
     }
 }
 
-/// Properties as compared: without the broker's own `x-delivery-count`, header keys sorted
+/// Headers a broker adds to a message it delivers: a quorum queue's delivery count (3.x, 4.x)
+/// and acquired count (4.3).
+pub const BROKER_HEADERS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
+
+/// Properties as compared: without the broker's own [`BROKER_HEADERS`], header keys sorted
 /// only for [`Headers::Sorted`]. For a classic queue an empty table and an absent one stay
 /// different; a quorum queue merges them itself (a requeue adds `x-delivery-count` to both),
 /// so for [`Headers::Sorted`] an empty table counts as none.
@@ -545,7 +683,7 @@ pub fn comparable(props: &BasicProperties, headers: Headers) -> BasicProperties 
     let mut p = props.clone();
     if let Some(h) = p.headers.as_mut() {
         let before = h.len();
-        h.retain(|(k, _)| k != "x-delivery-count");
+        h.retain(|(k, _)| !BROKER_HEADERS.contains(&k.as_str()));
         if headers == Headers::Sorted {
             h.sort_by(|a, b| a.0.cmp(&b.0));
         }
@@ -796,6 +934,7 @@ source:
   management_url: "{mgmt}"
   management_username: guest
   management_password: guest
+  stream_port: {stream}
   queues:
     vhosts: ["{vhost}"]
 storage:
@@ -807,6 +946,7 @@ backup:
 "#,
         amqp = amqp_url(vhost),
         mgmt = management_url(),
+        stream = stream_port(),
         dir = dir.display(),
     )
 }
@@ -821,6 +961,7 @@ target:
   management_url: "{mgmt}"
   management_username: guest
   management_password: guest
+  stream_port: {stream}
 storage:
   backend: filesystem
   path: "{dir}"
@@ -829,6 +970,7 @@ restore:
 "#,
         amqp = amqp_url("/"),
         mgmt = management_url(),
+        stream = stream_port(),
         dir = dir.display(),
     )
 }

@@ -1,5 +1,6 @@
 //! Reading a queue without losing it: the four `requeue_strategy` values of SPEC.md
-//! "Requeue strategies" and DESIGN.md decision 7.
+//! "Requeue strategies" and DESIGN.md decision 7, and the give-back each broker version
+//! needs.
 //!
 //! Every strategy reads the depth present at start *without acknowledging anything*, so the
 //! broker keeps every message, and gives them all back when the read is over:
@@ -13,7 +14,17 @@
 //!
 //! On classic queues every strategy gives back by closing the channel, which requeues each
 //! message at its place in seconds, where the broker takes minutes to apply many nacks or
-//! rejects (see [`give_back_in_order`]).
+//! rejects (see [`give_back::give_back_in_order`]).
+//!
+//! **Quorum queues and their delivery count** ([`ReadPlan`], decided by the job from the
+//! broker's version). A closed channel and a reject count as failed deliveries on every
+//! version, and so does a nack before RabbitMQ 4.3: each raises the message's
+//! `x-delivery-count`, and past the queue's delivery limit (20 by default since 4.0) the broker
+//! drops or dead-letters it. With [`ReadPlan::quorum_nack`] (4.3+) every consumer is cancelled
+//! and each window given back with one `basic.nack(multiple, requeue)` before its channel
+//! closes, which leaves the count alone. With [`ReadPlan::delivery_limit`] (a limit the
+//! broker counts every return against) the read stops at the first message whose return
+//! would leave it at the limit ([`ReadOutcome::at_limit`]).
 //!
 //! The give-back happens after the whole depth is held, never message by message while
 //! reading: a requeued message goes back to the head of the queue and would be read again.
@@ -28,14 +39,24 @@
 //! gets more consumers, each on its own channel, each opened only after the previous one holds
 //! its full window: that keeps the delivery order (ENVIRONMENT.md, broker behaviours).
 
-use crate::amqp::{Channel, Connection, Consumer, Delivery, FieldTable};
+mod give_back;
+
+pub(crate) use give_back::return_wait;
+
+use crate::amqp::{Channel, Connection, Consumer, Delivery, FieldTable, FieldValue};
 use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
 use crate::error::{Error, Result};
+use give_back::{give_back_in_order, nack_all, ready, wait_until_ready, GiveBack};
 use std::time::{Duration, Instant};
 
 /// Largest prefetch one consumer can have: the AMQP `prefetch-count` field is a u16.
 pub const MAX_WINDOW: u64 = 65_535;
+
+/// Classic queues at most this deep are read with `basic.get` on the control channel (see
+/// [`read_queue`]). Small enough that the broker's requeue of a nack is immediate (it is slow
+/// for many thousands: see [`give_back::give_back_in_order`]).
+pub const SMALL_QUEUE: u64 = 64;
 
 /// How long to wait for a delivery before asking the broker whether the queue still holds
 /// messages for us (ms).
@@ -44,6 +65,33 @@ const POLL_MS: u64 = 2_000;
 /// How long the queue may stay silent while it reports ready messages before the read fails.
 const STALL_LIMIT: Duration = Duration::from_secs(120);
 
+/// How a queue is read and given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadPlan {
+    /// `backup.requeue_strategy`.
+    pub strategy: RequeueStrategy,
+    /// Quorum queues only: read with consumers, and give every message back with
+    /// `basic.nack(requeue)` once the consumers are cancelled, never by a reject or a closed
+    /// channel (RabbitMQ 4.3+, where such a nack is not a failed delivery).
+    pub quorum_nack: bool,
+    /// Quorum queues only: the delivery limit every return is counted against (RabbitMQ
+    /// before 4.3). The read stops at the first message delivered with an `x-delivery-count`
+    /// of `limit - 1` or more: given back, it would be left at the limit, where any further
+    /// return drops or dead-letters it.
+    pub delivery_limit: Option<u64>,
+}
+
+impl ReadPlan {
+    /// The plan of `strategy` alone: returns as the strategy says, no limit.
+    pub fn of(strategy: RequeueStrategy) -> ReadPlan {
+        ReadPlan {
+            strategy,
+            quorum_nack: false,
+            delivery_limit: None,
+        }
+    }
+}
+
 /// What one read of a queue saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadOutcome {
@@ -51,10 +99,35 @@ pub struct ReadOutcome {
     pub depth_at_start: u64,
     /// Messages handed to the sink.
     pub read: u64,
+    /// With [`ReadPlan::delivery_limit`]: the read stopped at a message delivered with this
+    /// `x-delivery-count` (the message was given back, not handed to the sink).
+    pub at_limit: Option<u64>,
 }
 
-/// Reads the first `depth` messages of `queue` (its ready count a moment ago) on `conn` with
-/// `strategy`, handing each delivery to `sink` in queue order, then gives every message back
+/// The `x-delivery-count` header of a delivery (a quorum queue's count of failed deliveries,
+/// absent before the first: 0).
+pub fn delivery_count(d: &Delivery) -> u64 {
+    let Some(headers) = d.properties.headers.as_ref() else {
+        return 0;
+    };
+    headers
+        .iter()
+        .find(|(k, _)| k == "x-delivery-count")
+        .and_then(|(_, v)| match v {
+            FieldValue::I64(n) => u64::try_from(*n).ok(),
+            FieldValue::I32(n) => u64::try_from(*n).ok(),
+            FieldValue::U32(n) => Some(u64::from(*n)),
+            FieldValue::I16(n) => u64::try_from(*n).ok(),
+            FieldValue::U16(n) => Some(u64::from(*n)),
+            FieldValue::I8(n) => u64::try_from(*n).ok(),
+            FieldValue::U8(n) => Some(u64::from(*n)),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// Reads the first `depth` messages of `queue` (its ready count a moment ago) on `conn` as
+/// `plan` says, handing each delivery to `sink` in queue order, then gives every message back
 /// to the broker. `control` is a channel of `conn` for passive declares (depth checks); it may
 /// serve queue after queue (a broker error on it, such as `NOT_FOUND`, closes it).
 ///
@@ -77,23 +150,28 @@ pub fn read_queue(
     queue: &str,
     depth: u64,
     queue_type: QueueType,
-    strategy: RequeueStrategy,
+    plan: ReadPlan,
     sink: &mut dyn FnMut(Delivery) -> Result<()>,
     should_stop: &dyn Fn() -> Option<String>,
 ) -> Result<ReadOutcome> {
     let small = queue_type == QueueType::Classic && depth <= SMALL_QUEUE;
+    let strategy = plan.strategy;
     if small {
         log::info!("queue {queue}: {depth} messages at start, read with basic.get");
+    } else if plan.quorum_nack {
+        log::info!("queue {queue}: {depth} messages at start, read with consumers, given back with basic.nack");
     } else {
         log::info!("queue {queue}: {depth} messages at start, read with strategy {strategy:?}");
     }
     let mut outcome = ReadOutcome {
         depth_at_start: depth,
         read: 0,
+        at_limit: None,
     };
     if depth == 0 {
         return Ok(outcome);
     }
+    let quorum = queue_type == QueueType::Quorum;
     let read = QueueRead {
         conn,
         control,
@@ -101,10 +179,15 @@ pub fn read_queue(
         queue_type,
         depth,
         strategy,
+        quorum_nack: plan.quorum_nack && quorum,
+        delivery_limit: plan.delivery_limit.filter(|_| quorum),
         should_stop,
     };
     let result = match strategy {
         _ if small => read.small(sink, &mut outcome),
+        _ if read.quorum_nack || read.delivery_limit.is_some() => {
+            read.by_consume(sink, &mut outcome)
+        }
         RequeueStrategy::Cancel | RequeueStrategy::Reject => read.by_consume(sink, &mut outcome),
         RequeueStrategy::Nack | RequeueStrategy::Get => read.by_get(sink, &mut outcome),
     };
@@ -122,6 +205,10 @@ struct QueueRead<'a> {
     /// Ready messages at start: the read stops there.
     depth: u64,
     strategy: RequeueStrategy,
+    /// [`ReadPlan::quorum_nack`], for a quorum queue.
+    quorum_nack: bool,
+    /// [`ReadPlan::delivery_limit`], for a quorum queue.
+    delivery_limit: Option<u64>,
     should_stop: &'a dyn Fn() -> Option<String>,
 }
 
@@ -177,6 +264,17 @@ impl QueueRead<'_> {
                         if strategy == RequeueStrategy::Reject {
                             window.tags.push(delivery.delivery_tag);
                         }
+                        if let Some(limit) = self.delivery_limit {
+                            let count = delivery_count(&delivery);
+                            if count + 1 >= limit {
+                                log::warn!(
+                                    "queue {queue}: message {} delivered with x-delivery-count {count} (delivery limit {limit}): read stopped, every message given back",
+                                    outcome.read + 1
+                                );
+                                outcome.at_limit = Some(count);
+                                break;
+                            }
+                        }
                         outcome.read += 1;
                         sink(delivery)?;
                     }
@@ -220,7 +318,14 @@ impl QueueRead<'_> {
             returned += window.held;
             let more = i + 1 < count && self.queue_type == QueueType::Quorum;
             let r = (|| -> Result<()> {
-                if strategy == RequeueStrategy::Reject {
+                if self.quorum_nack {
+                    // Closed only once the nack is applied: a close would count.
+                    if let Ok(before) = &ready_before {
+                        nack_all(&window.channel, control, queue, before + returned)?;
+                    } else {
+                        window.channel.basic_nack(0, true, true)?;
+                    }
+                } else if strategy == RequeueStrategy::Reject {
                     give_back_in_order(
                         &window.channel,
                         control,
@@ -231,7 +336,7 @@ impl QueueRead<'_> {
                     )?;
                 }
                 window.channel.close()?;
-                if let (true, Ok(before)) = (more, &ready_before) {
+                if let (true, false, Ok(before)) = (more, self.quorum_nack, &ready_before) {
                     wait_until_ready(control, queue, before + returned)?;
                 }
                 Ok(())
@@ -390,158 +495,5 @@ impl QueueRead<'_> {
         })();
         read?;
         give_back
-    }
-}
-
-/// How held deliveries are handed back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum GiveBack {
-    /// `basic.nack(tag, multiple=false, requeue=true)` per delivery.
-    NackEach,
-    /// `basic.reject(tag, requeue=true)` per delivery.
-    RejectEach,
-    /// `basic.nack(last tag, multiple=true, requeue=true)`.
-    NackMultiple,
-}
-
-/// Classic queues at most this deep are read with `basic.get` on the control channel (see
-/// [`read_queue`]). Small enough that the broker's requeue of a nack is immediate (it is slow
-/// for many thousands: see [`give_back_in_order`]).
-pub const SMALL_QUEUE: u64 = 64;
-
-/// Returns settled together by a quorum queue keep their order only up to this many: the
-/// broker (3.10) coalesces requeues that arrive together and applies a larger batch in hash
-/// order (measured: 150 individual nacks sent back to back came back shuffled; chunks of 30,
-/// each applied before the next was sent, kept the order).
-const QUORUM_RETURN_CHUNK: usize = 30;
-
-/// How long the ready count may stay flat while another consumer is on the queue before the
-/// wait concludes that consumer takes the returned messages.
-const RETURN_STALL: Duration = Duration::from_secs(2);
-
-/// The least time returned messages may take to show up as ready again; the limit grows with
-/// their number (see [`return_wait`]).
-const RETURN_WAIT: Duration = Duration::from_secs(30);
-
-/// Time allowed per returned message on top of [`RETURN_WAIT`]: the broker requeued a million
-/// held messages in about 20 s here (3.10.8), so 100 µs each leaves it five times that.
-const RETURN_WAIT_PER_MESSAGE: Duration = Duration::from_micros(100);
-
-/// How long `n` returned messages may take to be ready again.
-pub(crate) fn return_wait(n: u64) -> Duration {
-    RETURN_WAIT + RETURN_WAIT_PER_MESSAGE * u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// Hands `tags` (in delivery order) back to the broker so that the queue keeps its order.
-///
-/// Classic queues: nothing is sent here; the caller's channel close requeues every delivery at
-/// its original position. Measured on 3.10.8 with 100,000 held messages: after individual
-/// `basic.nack`s or one `basic.nack(multiple)` the broker needed 10 to 14 minutes to make them
-/// ready again (about 150 messages/s, the queue looking nearly empty meanwhile), after a channel
-/// close under 5 seconds. The end state is the same: every message requeued, in place.
-///
-/// Quorum queues append returns in the order they are applied, so the returns go in chunks of
-/// [`QUORUM_RETURN_CHUNK`], each chunk seen back in the queue's ready count (passive declare on
-/// `control`) before the next is sent.
-fn give_back_in_order(
-    channel: &Channel,
-    control: &Channel,
-    queue: &str,
-    queue_type: QueueType,
-    tags: &[u64],
-    how: GiveBack,
-) -> Result<()> {
-    let send = |chunk: &[u64]| -> Result<()> {
-        match how {
-            GiveBack::NackEach => chunk
-                .iter()
-                .try_for_each(|t| channel.basic_nack(*t, false, true)),
-            GiveBack::RejectEach => chunk
-                .iter()
-                .try_for_each(|t| channel.basic_reject(*t, true)),
-            GiveBack::NackMultiple => match chunk.last() {
-                Some(last) => channel.basic_nack(*last, true, true),
-                None => Ok(()),
-            },
-        }
-    };
-    if queue_type != QueueType::Quorum {
-        return Ok(());
-    }
-    let ready_before = ready(control, queue)?;
-    let mut returned = 0u64;
-    for chunk in tags.chunks(QUORUM_RETURN_CHUNK) {
-        send(chunk)?;
-        returned += chunk.len() as u64;
-        if !wait_until_ready(control, queue, ready_before + returned)? {
-            return Ok(());
-        }
-    }
-    Ok(())
-}
-
-/// Ready messages in `queue` now (passive declare).
-fn ready(control: &Channel, queue: &str) -> Result<u64> {
-    Ok(u64::from(
-        control.queue_declare_passive(queue)?.message_count,
-    ))
-}
-
-/// Waits until `queue` holds at least `at_least` ready messages: requeued messages are back.
-///
-/// A slow requeue and a competing consumer both leave the count short; the queue's consumer
-/// count tells them apart (the backup's own consumers are gone by now). With another consumer
-/// on the queue, a count flat for [`RETURN_STALL`] means it takes them: false, with a warning.
-/// With none, the broker is still requeueing, and the wait goes on up to [`return_wait`] of
-/// the messages expected (a million held messages took the broker longer than 2 s).
-fn wait_until_ready(control: &Channel, queue: &str, at_least: u64) -> Result<bool> {
-    let started = Instant::now();
-    let limit = return_wait(at_least);
-    let mut pause = Duration::from_millis(1);
-    let (mut last, mut last_change) = (0u64, Instant::now());
-    loop {
-        let ok = control.queue_declare_passive(queue)?;
-        let ready = u64::from(ok.message_count);
-        if ready >= at_least {
-            return Ok(true);
-        }
-        if ready != last {
-            (last, last_change) = (ready, Instant::now());
-        }
-        let competing = ok.consumer_count > 0 && last_change.elapsed() > RETURN_STALL;
-        if competing || started.elapsed() > limit {
-            let why = if competing {
-                format!(
-                    "{} other consumer(s) on the queue may be taking them",
-                    ok.consumer_count
-                )
-            } else {
-                format!(
-                    "the broker did not requeue them within {} s",
-                    limit.as_secs()
-                )
-            };
-            log::warn!(
-                "queue {queue}: {ready} messages ready, {at_least} expected once the backup gave them back; {why}, so the order of the queue may change"
-            );
-            return Ok(false);
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_wait_for_returned_messages_grows_with_their_number() {
-        assert_eq!(return_wait(0), RETURN_WAIT);
-        assert_eq!(return_wait(100_000), RETURN_WAIT + Duration::from_secs(10));
-        assert_eq!(
-            return_wait(1_000_000),
-            RETURN_WAIT + Duration::from_secs(100)
-        );
     }
 }

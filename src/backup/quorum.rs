@@ -1,0 +1,410 @@
+//! Quorum queues and their delivery limit: how a backup reads and gives back a quorum queue
+//! on the broker's version, and which ones it leaves alone (issue "RabbitMQ 4.x").
+//!
+//! Every return of a quorum message that the broker counts as a failed delivery raises its
+//! `x-delivery-count`; once the count passes the queue's delivery limit the broker drops the
+//! message (or dead-letters it). Since RabbitMQ 4.0 every quorum queue has a limit of 20
+//! without any argument or policy, so a nightly backup that counted would empty it in three
+//! weeks (measured on 4.0.5 and 4.3.6: backup 22 of a 1,000-message queue stored 0). So:
+//!
+//! | broker | delivery limit | read |
+//! |---|---|---|
+//! | 4.3+ | any | consumers, given back with `basic.nack(requeue)`: not counted |
+//! | 3.x, 4.0-4.2 | none (3.x default, or `-1`) | as `requeue_strategy` says (counted, harmless) |
+//! | 3.x, 4.0-4.2 | finite | left alone (exit 4) |
+//! | 3.x, 4.0-4.2 | finite, `read_queues_with_delivery_limit` | read while every message has headroom |
+//!
+//! (ENVIRONMENT.md, measured: 4.0.5 counts nack, reject and a close alike, and an AMQP 1.0
+//! `released` too; 4.3.6 counts reject and a close, not a nack.) The decision is logged once
+//! per run ([`Decision::log_once`]).
+//!
+//! The broker adds `x-delivery-count` (3.x, 4.x) and `x-acquired-count` (4.3) to a quorum
+//! queue's deliveries: they say how the message was handled, not what its publisher sent, so
+//! they are kept out of the record ([`strip_broker_headers`]) and a restore never publishes
+//! them.
+
+use crate::amqp::{BasicProperties, FieldTable, FieldValue};
+use crate::broker::{BrokerVersion, QueueType};
+use crate::config::{BackupOptions, RequeueStrategy};
+use crate::management::QueueInfo;
+use crate::reader::ReadPlan;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// The broker's version as this run knows it: the management API's at the start, lowered
+/// by any AMQP connection whose `server-properties` name an older one (a cluster in the middle
+/// of an upgrade: the older nodes decide what a return costs).
+#[derive(Debug, Default)]
+pub struct SeenVersion(Mutex<Option<BrokerVersion>>);
+
+impl SeenVersion {
+    /// Starts from the management API's `rabbitmq_version` (`None`: not reported).
+    pub fn new(from_api: Option<&str>) -> SeenVersion {
+        SeenVersion(Mutex::new(from_api.and_then(BrokerVersion::parse)))
+    }
+
+    /// The version decisions are made on now.
+    pub fn get(&self) -> Option<BrokerVersion> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the `version` of a connection's `server-properties` into account.
+    pub fn observe(&self, server_properties: &FieldTable) {
+        let Some(seen) = server_properties
+            .iter()
+            .find(|(k, _)| k == "version")
+            .and_then(|(_, v)| match v {
+                FieldValue::LongString(b) => std::str::from_utf8(b).ok(),
+                _ => None,
+            })
+            .and_then(BrokerVersion::parse)
+        else {
+            return;
+        };
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match *known {
+            Some(v) if v <= seen => {}
+            Some(v) => {
+                log::warn!("a node of the source runs RabbitMQ {seen}, older than the {v} its management API reported: quorum queues are handled as {seen} requires");
+                *known = Some(seen);
+            }
+            None => *known = Some(seen),
+        }
+    }
+}
+
+/// Headers a broker adds to the deliveries of a quorum queue: its count of failed deliveries
+/// (3.x and 4.x) and of all acquisitions (4.3).
+pub const BROKER_HEADERS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
+
+/// The delivery limit in effect for quorum queue `q` on a broker of `version`: the
+/// management API's `delivery_limit` where it reports one (4.x: whatever set it), else the
+/// lower of the `x-delivery-limit` argument and the effective policy's `delivery-limit`
+/// (3.x), else the version's default (20 since 4.0). `None`: unlimited (`-1` on 4.x, or
+/// nothing set on 3.x). RabbitMQ "Quorum Queues", poison message handling.
+pub fn effective_delivery_limit(q: &QueueInfo, version: Option<BrokerVersion>) -> Option<u64> {
+    if q.queue_type != Some(QueueType::Quorum) {
+        return None;
+    }
+    if let Some(limit) = q.delivery_limit {
+        return u64::try_from(limit).ok();
+    }
+    let set = [
+        q.arguments.get("x-delivery-limit"),
+        q.effective_policy_definition.get("delivery-limit"),
+    ];
+    let set: Vec<i64> = set.iter().flatten().filter_map(|v| v.as_i64()).collect();
+    if !set.is_empty() {
+        // A negative value is no limit (4.x's -1); else the lower one wins.
+        return set.iter().filter_map(|l| u64::try_from(*l).ok()).min();
+    }
+    version.and_then(BrokerVersion::default_quorum_delivery_limit)
+}
+
+/// How a quorum queue is backed up on this broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Read with consumers and given back with uncounted nacks (4.3+).
+    Nack,
+    /// Read as `requeue_strategy` says: every return counts, and no limit drops a message.
+    Counted,
+    /// Read while every message has headroom below `limit` (the opt-in).
+    Headroom { limit: u64 },
+    /// Left alone: the reason, for the summary and the log.
+    Skip(String),
+    /// Not known yet: the management API lists the queue without its policies (declared
+    /// less than a statistics interval ago); ask again.
+    Unknown,
+}
+
+/// Where the version is unknown, every return is taken to count.
+fn version_text(version: Option<BrokerVersion>) -> String {
+    version.map_or_else(
+        || "a RabbitMQ of unknown version".to_string(),
+        |v| format!("RabbitMQ {v}"),
+    )
+}
+
+/// What a backup does with quorum queue `q` on a broker of `version` (see the module
+/// documentation); `opts.read_queues_with_delivery_limit` is the opt-in.
+pub fn decide(q: &QueueInfo, version: Option<BrokerVersion>, opts: &BackupOptions) -> Decision {
+    if version.is_some_and(BrokerVersion::uncounted_nack) {
+        return Decision::Nack;
+    }
+    if !q.policy_known {
+        return Decision::Unknown;
+    }
+    let Some(limit) = effective_delivery_limit(q, version) else {
+        return Decision::Counted;
+    };
+    if opts.read_queues_with_delivery_limit {
+        return Decision::Headroom { limit };
+    }
+    Decision::Skip(format!(
+        "it is a quorum queue with a delivery limit of {limit}, and on {} every message a backup gives back counts as a failed delivery (x-delivery-count + 1): {limit} backups would drop or dead-letter every message. Remedies: RabbitMQ 4.3 or later (its basic.nack does not count), a policy with \"delivery-limit\": -1 on this queue while the backup runs, or backup.read_queues_with_delivery_limit: true (reads while every message is 2 or more returns below the limit)",
+        version_text(version)
+    ))
+}
+
+impl Decision {
+    /// The reader's plan for this decision with `strategy`.
+    pub fn plan(&self, strategy: RequeueStrategy) -> ReadPlan {
+        let mut plan = ReadPlan::of(strategy);
+        match self {
+            Decision::Nack => plan.quorum_nack = true,
+            Decision::Headroom { limit } => plan.delivery_limit = Some(*limit),
+            Decision::Counted | Decision::Skip(_) | Decision::Unknown => {}
+        }
+        plan
+    }
+
+    /// Logs, once per process for each kind, how quorum queues are given back on this broker.
+    pub fn log_once(&self, version: Option<BrokerVersion>, strategy: RequeueStrategy) {
+        static NACK: AtomicBool = AtomicBool::new(false);
+        static COUNTED: AtomicBool = AtomicBool::new(false);
+        let (flag, text) = match self {
+            Decision::Nack => (
+                &NACK,
+                format!(
+                    "{}: quorum queues are read with consumers and given back with basic.nack(requeue), which leaves x-delivery-count alone (requeue_strategy {} is not used for them: a reject or a closed channel would count)",
+                    version_text(version),
+                    strategy_name(strategy)
+                ),
+            ),
+            Decision::Counted | Decision::Headroom { .. } => (
+                &COUNTED,
+                format!(
+                    "{}: every quorum message a backup gives back counts as a failed delivery (x-delivery-count + 1); quorum queues with a finite delivery limit are {}",
+                    version_text(version),
+                    if matches!(self, Decision::Headroom { .. }) {
+                        "read while every message has headroom (backup.read_queues_with_delivery_limit)"
+                    } else {
+                        "left alone"
+                    }
+                ),
+            ),
+            Decision::Skip(_) | Decision::Unknown => return,
+        };
+        if !flag.swap(true, Ordering::SeqCst) {
+            log::info!("{text}");
+        }
+    }
+}
+
+fn strategy_name(s: RequeueStrategy) -> &'static str {
+    match s {
+        RequeueStrategy::Cancel => "cancel",
+        RequeueStrategy::Nack => "nack",
+        RequeueStrategy::Reject => "reject",
+        RequeueStrategy::Get => "get",
+    }
+}
+
+/// Removes the headers the broker added to a quorum queue's delivery ([`BROKER_HEADERS`]);
+/// a table left empty by that goes too (the publisher sent none: a first delivery carries
+/// none of them).
+pub fn strip_broker_headers(props: &mut BasicProperties) {
+    if let Some(h) = props.headers.as_mut() {
+        let before = h.len();
+        h.retain(|(k, _)| !BROKER_HEADERS.contains(&k.as_str()));
+        if h.is_empty() && before > 0 {
+            props.headers = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::amqp::FieldValue;
+    use serde_json::json;
+
+    fn quorum(args: serde_json::Value, policy: serde_json::Value, api: Option<i64>) -> QueueInfo {
+        QueueInfo {
+            queue_type: Some(QueueType::Quorum),
+            type_name: "quorum".into(),
+            arguments: args.as_object().cloned().unwrap_or_default(),
+            effective_policy_definition: policy.as_object().cloned().unwrap_or_default(),
+            delivery_limit: api,
+            policy_known: true,
+            ..QueueInfo::default()
+        }
+    }
+
+    fn v(s: &str) -> Option<BrokerVersion> {
+        BrokerVersion::parse(s)
+    }
+
+    #[test]
+    fn the_effective_limit_comes_from_the_api_then_the_queue_then_the_version() {
+        let none = json!({});
+        // 4.x reports what is in effect, whatever set it.
+        assert_eq!(
+            effective_delivery_limit(&quorum(none.clone(), none.clone(), Some(20)), v("4.0.5")),
+            Some(20)
+        );
+        assert_eq!(
+            effective_delivery_limit(
+                &quorum(
+                    json!({"x-delivery-limit": 7}),
+                    json!({"delivery-limit": 5}),
+                    Some(5)
+                ),
+                v("4.0.5")
+            ),
+            Some(5)
+        );
+        assert_eq!(
+            effective_delivery_limit(&quorum(none.clone(), none.clone(), Some(-1)), v("4.3.6")),
+            None
+        );
+        // 3.x: the argument or the policy, the lower one.
+        assert_eq!(
+            effective_delivery_limit(&quorum(none.clone(), none.clone(), None), v("3.10.8")),
+            None
+        );
+        assert_eq!(
+            effective_delivery_limit(
+                &quorum(json!({"x-delivery-limit": 7}), none.clone(), None),
+                v("3.10.8")
+            ),
+            Some(7)
+        );
+        assert_eq!(
+            effective_delivery_limit(
+                &quorum(
+                    json!({"x-delivery-limit": 7}),
+                    json!({"delivery-limit": 3}),
+                    None
+                ),
+                v("3.10.8")
+            ),
+            Some(3)
+        );
+        assert_eq!(
+            effective_delivery_limit(
+                &quorum(json!({"x-delivery-limit": 0}), none.clone(), None),
+                v("3.10.8")
+            ),
+            Some(0)
+        );
+        // 4.x without the API's field: the version's default, unless -1.
+        assert_eq!(
+            effective_delivery_limit(&quorum(none.clone(), none.clone(), None), v("4.1.0")),
+            Some(20)
+        );
+        assert_eq!(
+            effective_delivery_limit(
+                &quorum(json!({"x-delivery-limit": -1}), none.clone(), None),
+                v("4.1.0")
+            ),
+            None
+        );
+        // Unknown version, nothing set: no limit known.
+        assert_eq!(
+            effective_delivery_limit(&quorum(none.clone(), none.clone(), None), None),
+            None
+        );
+        // Not a quorum queue: no limit.
+        let mut classic = quorum(json!({"x-delivery-limit": 3}), none, None);
+        classic.queue_type = Some(QueueType::Classic);
+        assert_eq!(effective_delivery_limit(&classic, v("3.10.8")), None);
+    }
+
+    #[test]
+    fn the_decision_follows_version_limit_and_opt_in() {
+        let opts = BackupOptions::default();
+        let opt_in = BackupOptions {
+            read_queues_with_delivery_limit: true,
+            ..BackupOptions::default()
+        };
+        let default_4x = quorum(json!({}), json!({}), Some(20));
+        assert_eq!(decide(&default_4x, v("4.3.6"), &opts), Decision::Nack);
+        assert_eq!(decide(&default_4x, v("5.0.0"), &opts), Decision::Nack);
+        let Decision::Skip(why) = decide(&default_4x, v("4.0.5"), &opts) else {
+            panic!("4.0 with a limit is skipped");
+        };
+        assert!(
+            why.contains("delivery limit of 20") && why.contains("RabbitMQ 4.0.5"),
+            "{why}"
+        );
+        assert_eq!(
+            decide(&default_4x, v("4.2.1"), &opt_in),
+            Decision::Headroom { limit: 20 }
+        );
+        let unlimited = quorum(json!({}), json!({}), Some(-1));
+        assert_eq!(decide(&unlimited, v("4.0.5"), &opts), Decision::Counted);
+        let plain_3x = quorum(json!({}), json!({}), None);
+        assert_eq!(decide(&plain_3x, v("3.10.8"), &opts), Decision::Counted);
+        let limited_3x = quorum(json!({}), json!({"delivery-limit": 4}), None);
+        assert!(matches!(
+            decide(&limited_3x, v("3.10.8"), &opts),
+            Decision::Skip(_)
+        ));
+        assert!(matches!(
+            decide(&limited_3x, None, &opts),
+            Decision::Skip(_)
+        ));
+        // Listed before its first statistics: its policy is not known yet, except where the
+        // give-back does not count.
+        let fresh = QueueInfo {
+            policy_known: false,
+            ..quorum(json!({}), json!({}), None)
+        };
+        assert_eq!(decide(&fresh, v("3.10.8"), &opts), Decision::Unknown);
+        assert_eq!(decide(&fresh, v("4.0.5"), &opt_in), Decision::Unknown);
+        assert_eq!(decide(&fresh, v("4.3.6"), &opts), Decision::Nack);
+        assert_eq!(
+            Decision::Nack.plan(RequeueStrategy::Reject),
+            ReadPlan {
+                strategy: RequeueStrategy::Reject,
+                quorum_nack: true,
+                delivery_limit: None
+            }
+        );
+        assert_eq!(
+            Decision::Headroom { limit: 5 }
+                .plan(RequeueStrategy::Cancel)
+                .delivery_limit,
+            Some(5)
+        );
+    }
+
+    #[test]
+    fn broker_headers_are_not_the_publishers() {
+        let mut p = BasicProperties {
+            headers: Some(vec![
+                ("app".into(), FieldValue::I32(1)),
+                ("x-acquired-count".into(), FieldValue::I64(3)),
+                ("x-death".into(), FieldValue::Array(vec![])),
+                ("x-delivery-count".into(), FieldValue::I64(2)),
+            ]),
+            ..Default::default()
+        };
+        strip_broker_headers(&mut p);
+        let keys: Vec<_> = p
+            .headers
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(keys, ["app", "x-death"]);
+        let mut only = BasicProperties {
+            headers: Some(vec![("x-delivery-count".into(), FieldValue::I64(1))]),
+            ..Default::default()
+        };
+        strip_broker_headers(&mut only);
+        assert_eq!(only.headers, None);
+        let mut empty = BasicProperties {
+            headers: Some(vec![]),
+            ..Default::default()
+        };
+        strip_broker_headers(&mut empty);
+        assert_eq!(
+            empty.headers,
+            Some(vec![]),
+            "an empty table the publisher sent stays"
+        );
+    }
+}
