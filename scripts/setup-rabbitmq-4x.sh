@@ -13,6 +13,11 @@
 # tests of brokers without them. guest may connect from anywhere (loopback_users = none); all
 # listen on 127.0.0.1 only.
 #
+# When the test CA of scripts/setup-rabbitmq-tls.sh exists ($RMQ_BACKUP_TLS_DIR, default
+# /tmp/rmq-backup-tls), rabbit43 and rabbit40 also listen with TLS (its server certificate,
+# client certificates verified when given, not required): rabbit43 amqps 5693, stream 5573,
+# https 15693; rabbit40 amqps 5691, stream 5571, https 15691.
+#
 # The chroots live in $RMQ_BACKUP_BROKERS_DIR (default /opt/rmq-backup-brokers): made once
 # (debootstrap + apt-get, ~3 minutes each), then reused; a node already answering is left
 # alone. Run as root (debootstrap, chroot, mounts). Needs network access to Debian's archive
@@ -47,8 +52,43 @@ overview_status() {
     echo "${line:-000}"
 }
 
-ready() { # ready AMQP STREAM MGMT
-    port_open "$1" && port_open "$2" && [[ "$(overview_status "$3")" == "200" ]]
+ready() { # ready AMQP STREAM MGMT [MORE_PORTS...]
+    port_open "$1" && port_open "$2" && [[ "$(overview_status "$3")" == "200" ]] || return 1
+    local p
+    for p in "${@:4}"; do port_open "$p" || return 1; done
+}
+
+TLS_DIR="${RMQ_BACKUP_TLS_DIR:-/tmp/rmq-backup-tls}"
+
+# The TLS listeners' configuration for a node in chroot DIR (files copied in), or nothing
+# when there is no test CA: tls_conf DIR AMQPS STREAM HTTPS
+tls_conf() {
+    local dir=$1 amqps=$2 stream=$3 https=$4
+    [[ -f "$TLS_DIR/ca.pem" && -f "$TLS_DIR/server.pem" && -f "$TLS_DIR/server.key" ]] || return 0
+    mkdir -p "$dir/etc/rabbitmq/tls"
+    cp "$TLS_DIR/ca.pem" "$TLS_DIR/server.pem" "$TLS_DIR/server.key" "$dir/etc/rabbitmq/tls/"
+    chroot "$dir" chown -R rabbitmq:rabbitmq /etc/rabbitmq/tls
+    chmod 600 "$dir/etc/rabbitmq/tls/server.key"
+    cat <<CONF
+listeners.ssl.default = 127.0.0.1:$amqps
+ssl_options.cacertfile = /etc/rabbitmq/tls/ca.pem
+ssl_options.certfile = /etc/rabbitmq/tls/server.pem
+ssl_options.keyfile = /etc/rabbitmq/tls/server.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = false
+stream.listeners.ssl.default = 127.0.0.1:$stream
+management.ssl.ip = 127.0.0.1
+management.ssl.port = $https
+management.ssl.cacertfile = /etc/rabbitmq/tls/ca.pem
+management.ssl.certfile = /etc/rabbitmq/tls/server.pem
+management.ssl.keyfile = /etc/rabbitmq/tls/server.key
+CONF
+}
+
+# The TLS ports of tls_conf when it configures them: tls_ports PORTS...
+tls_ports() {
+    [[ -f "$TLS_DIR/ca.pem" ]] && echo "$@"
+    return 0
 }
 
 mounted() { grep -qs " $1 " /proc/mounts; }
@@ -120,24 +160,24 @@ $extra
 CONF
 }
 
-# start DIR NODENAME AMQP STREAM MGMT DIST [EXTRA_CONF]
+# start DIR NODENAME AMQP STREAM MGMT DIST EXTRA_CONF [MORE_PORTS...]
 start() {
     local dir=$1 node=$2 amqp=$3 stream=$4 mgmt=$5 dist=$6 extra=${7:-}
-    if ready "$amqp" "$stream" "$mgmt"; then
+    if ready "$amqp" "$stream" "$mgmt" "${@:8}"; then
         log "$node already running"
         return
     fi
-    configure "$@"
+    configure "$dir" "$node" "$amqp" "$stream" "$mgmt" "$dist" "$extra"
     mount_all "$dir"
     chroot "$dir" rabbitmqctl -q stop >/dev/null 2>&1 || true
     log "starting $node"
     chroot "$dir" bash -c 'export HOME=/var/lib/rabbitmq; nohup rabbitmq-server >/var/log/rabbitmq/console.log 2>&1 &'
 }
 
-wait_ready() { # wait_ready DIR NODENAME AMQP STREAM MGMT
+wait_ready() { # wait_ready DIR NODENAME AMQP STREAM MGMT [MORE_PORTS...]
     local dir=$1 node=$2 amqp=$3 stream=$4 mgmt=$5
     local deadline=$((SECONDS + TIMEOUT))
-    until ready "$amqp" "$stream" "$mgmt"; do
+    until ready "$amqp" "$stream" "$mgmt" "${@:6}"; do
         ((SECONDS < deadline)) || {
             tail -n 20 "$dir/var/log/rabbitmq/console.log" >&2 || true
             die "$node did not open AMQP $amqp, stream $stream and management $mgmt within $TIMEOUT s (log: $dir/var/log/rabbitmq/)"
@@ -172,7 +212,8 @@ esac
 # The two suites are made one after the other (both download from the same archive) but the
 # second while the first node starts.
 make_chroot forky "$R43" /usr/share/debootstrap/scripts/sid
-start "$R43" rabbit43@localhost 5692 5572 15692 25692
+# shellcheck disable=SC2046
+start "$R43" rabbit43@localhost 5692 5572 15692 25692 "$(tls_conf "$R43" 5693 5573 15693)" $(tls_ports 5693 5573 15693)
 if [[ ! -f "$R43NM/.rmq-backup-ready" ]] && [[ -f "$R43/.rmq-backup-ready" ]]; then
     log "copying the 4.3 chroot for the node without metrics"
     umount_all "$R43NM"
@@ -186,8 +227,11 @@ if [[ ! -f "$R43NM/.rmq-backup-ready" ]] && [[ -f "$R43/.rmq-backup-ready" ]]; t
 fi
 start "$R43NM" rabbit43nm@localhost 5694 5574 15694 25694 "management_agent.disable_metrics_collector = true"
 make_chroot trixie "$R40"
-start "$R40" rabbit40@localhost 5690 5570 15690 25690
-wait_ready "$R43" rabbit43@localhost 5692 5572 15692
+# shellcheck disable=SC2046
+start "$R40" rabbit40@localhost 5690 5570 15690 25690 "$(tls_conf "$R40" 5691 5571 15691)" $(tls_ports 5691 5571 15691)
+# shellcheck disable=SC2046
+wait_ready "$R43" rabbit43@localhost 5692 5572 15692 $(tls_ports 5693 5573 15693)
 wait_ready "$R43NM" rabbit43nm@localhost 5694 5574 15694
-wait_ready "$R40" rabbit40@localhost 5690 5570 15690
+# shellcheck disable=SC2046
+wait_ready "$R40" rabbit40@localhost 5690 5570 15690 $(tls_ports 5691 5571 15691)
 echo "RabbitMQ 4.x ready: 4.3.6 on AMQP 5692 (stream 5572, management 15692), 4.3.6 without metrics on 5694 (5574, 15694), 4.0.5 on 5690 (5570, 15690); guest/guest" >&2

@@ -70,7 +70,7 @@ fn diverse_queues_round_trip_through_filesystem() {
             "{name}: depth after backup"
         );
         assert_same_as(
-            msgs,
+            &in_broker_order(msgs, kind),
             &peek(&conn, name, msgs.len()),
             Headers::of(kind),
             &format!("source {name} after backup"),
@@ -144,11 +144,34 @@ fn diverse_queues_round_trip_through_filesystem() {
         "{stdout}"
     );
 
+    // No record carries a header the broker added on delivery (the source was read again
+    // and again, its quorum messages returned), and no restored message either: on 4.x a
+    // freshly published message is delivered without any (3.x adds x-delivery-count: 0).
+    let broker_headers = |d: &rmq_backup::amqp::Delivery| -> Vec<String> {
+        d.properties
+            .headers
+            .iter()
+            .flatten()
+            .filter(|(k, _)| BROKER_HEADERS.contains(&k.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    for (name, _) in &queues {
+        for d in backed_up(&dir.path().join("store"), &id, name) {
+            assert_eq!(broker_headers(&d), Vec::<String>::new(), "{name}: a record");
+        }
+    }
     let tconn = connect(&target);
     for ((name, kind), msgs) in queues.iter().zip(&expected) {
+        let got = peek(&tconn, name, msgs.len());
+        if broker().is_4x() {
+            for d in &got {
+                assert_eq!(broker_headers(d), Vec::<String>::new(), "restored {name}");
+            }
+        }
         assert_same_as(
-            &as_restored(msgs),
-            &peek(&tconn, name, msgs.len()),
+            &as_restored(&in_broker_order(msgs, kind)),
+            &got,
             Headers::of(kind),
             &format!("restored {name}"),
         );
@@ -337,7 +360,7 @@ fn restore_time_window_dry_run_and_missing_queue() {
     let out = run_cli(&["restore", "--config", &r]);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     assert_same(
-        &as_restored(&msgs),
+        &as_restored(&in_broker_order(&msgs, "quorum")),
         &peek(&tconn, "q", 30),
         "restored in window",
     );
@@ -393,7 +416,7 @@ fn a_failed_queue_leaves_an_interrupted_manifest_and_every_message_in_place() {
         [("events", 0)]
     );
     assert_same_as(
-        &msgs,
+        &in_broker_order(&msgs, "quorum"),
         &peek(&conn, "q", 50),
         Headers::Sorted,
         "source after a failed backup",

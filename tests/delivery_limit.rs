@@ -74,7 +74,13 @@ fn nightly_backups_never_cost_a_quorum_queue_its_messages() {
     let vh = TestVhost::new("nightly-quorum");
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();
-    declare(&ch, "orders", "quorum", FieldTable::new());
+    // Declared as an application would: no x-delivery-limit (`declare` would add -1 on 4.0).
+    let quorum: FieldTable = vec![(
+        "x-queue-type".into(),
+        FieldValue::LongString(b"quorum".to_vec()),
+    )];
+    ch.queue_declare("orders", true, false, false, &quorum)
+        .unwrap();
     publish_bulk(&ch, "orders", 1000, 64);
     if !b.default_delivery_limit() {
         // 3.x has no limit by default: the one most people set.

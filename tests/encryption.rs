@@ -391,7 +391,7 @@ fn encrypted_filesystem_backup_holds_nothing_in_clear_and_restores_with_the_iden
     let tconn = connect(&target);
     for ((name, kind), msgs) in queues.iter().zip(&expected) {
         assert_same_as(
-            &as_restored(msgs),
+            &as_restored(&in_broker_order(msgs, kind)),
             &peek(&tconn, name, msgs.len()),
             Headers::of(kind),
             &format!("restored {name}"),

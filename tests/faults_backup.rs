@@ -88,11 +88,17 @@ fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
             "forced",
             &vh.name,
             &store,
-            &format!("  connection_retry_backoff_ms: 200\n{extra}"),
+            &format!("  connection_retry_backoff_ms: 200\n  segment_max_bytes: 1000000\n{extra}"),
         ),
     );
     let (child, lines) = spawn_cli(&["backup", "--config", &cfg], &[]);
     wait_line(&lines, "queue q: 50000 messages at start");
+    // Once the first attempt has stored a segment, which the retry abandons.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stored_segments(&store) == 0 {
+        assert!(Instant::now() < deadline, "{kind}: no segment stored");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     close(&format!("rmq-backup forced {} ", vh.name));
     let out = child.wait_with_output().unwrap();
     let log: Vec<String> = rest_of(&lines);
@@ -122,7 +128,42 @@ fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
         "--deep",
     ]);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    // The abandoned attempt's segments are gone once the backup completes (issue 31, item 2).
+    let listed: std::collections::HashSet<String> =
+        m.queues[0].segments.iter().map(|s| s.key.clone()).collect();
+    let queue_dir = store.join(m.queues[0].segments[0].key.rsplit_once('/').unwrap().0);
+    let stored: Vec<String> = std::fs::read_dir(&queue_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        stored
+            .iter()
+            .all(|f| listed.iter().any(|k| k.ends_with(&format!("/{f}")))),
+        "{kind}: stored {stored:?}, listed {listed:?}"
+    );
+    assert!(
+        log.iter().any(|l| l.contains("segment of an earlier run or attempt, not in the backup, removed")),
+        "{kind}: the first attempt stored segments, removed: {}",
+        log.join("\n")
+    );
     source_whole(&conn);
+}
+
+/// Finished segment files under `dir` (not a filesystem put's `.partial-` file).
+fn stored_segments(dir: &std::path::Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if p.is_dir() {
+            n += stored_segments(&p);
+        } else if name.starts_with("segment-") && !name.contains(".partial-") {
+            n += 1;
+        }
+    }
+    n
 }
 
 #[test]

@@ -58,7 +58,7 @@ fn backup_and_restore_through_memory_storage() {
     assert_eq!((s.published(), s.confirmed(), s.failed()), (80, 80, 0));
     let tconn = connect(&target);
     assert_same_as(
-        &as_restored(&msgs),
+        &as_restored(&in_broker_order(&msgs, "quorum")),
         &peek(&tconn, "mem q", 80),
         Headers::Sorted,
         "restored from memory storage",

@@ -109,7 +109,7 @@ fn round_trip(tag: &str, backend: &Backend) {
     let tconn = connect(&target);
     for ((name, kind), msgs) in queues.iter().zip(&expected) {
         assert_same_as(
-            &as_restored(msgs),
+            &as_restored(&in_broker_order(msgs, kind)),
             &peek(&tconn, name, msgs.len()),
             Headers::of(kind),
             &format!("restored {name}"),

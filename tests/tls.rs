@@ -59,6 +59,12 @@ fn round_trip(
     let dir = TempDir::new(&format!("tls-{tag}"));
     let id = format!("tls-{tag}-{}", unique_suffix());
     let vhost_enc = vh.name.clone();
+    // Unset, the stream port is 5551 for a TLS source or target: say it only when it differs.
+    let stream_port = if node.stream == 5551 {
+        String::new()
+    } else {
+        format!("  stream_port: {}\n", node.stream)
+    };
     let backup = format!(
         r#"mode: backup
 backup_id: "{id}"
@@ -79,12 +85,7 @@ backup:
         port = node.amqps,
         https = node.https,
         tls = yaml_tls(&source_tls),
-        // Unset, the stream port is 5551 for a TLS source: say it only when it differs.
-        stream_port = if node.stream == 5551 {
-            String::new()
-        } else {
-            format!("  stream_port: {}\n", node.stream)
-        },
+        stream_port = stream_port,
         vhost = vh.name,
         store = dir.path().join("store").display(),
     );
@@ -111,7 +112,7 @@ target:
   management_url: "https://localhost:{https}"
   management_username: guest
   management_password: guest
-{tls}storage:
+{stream_port}{tls}storage:
   backend: filesystem
   path: "{store}"
 restore:
@@ -162,7 +163,7 @@ fn backup_and_restore_over_tls_with_a_ca_file() {
         enabled: false,
         ..settings("ca.pem", None)
     };
-    round_trip(&TLS_NODE, "ca", "amqps", tls.clone(), tls);
+    round_trip(&tls_node(), "ca", "amqps", tls.clone(), tls);
 }
 
 #[test]
@@ -180,7 +181,7 @@ fn backup_and_restore_over_mutual_tls_with_each_key_form() {
 /// Without `ca_cert` the system store is used, and `SSL_CERT_FILE` adds to it (issue 15).
 #[test]
 fn without_ca_cert_the_system_store_and_ssl_cert_file_are_used() {
-    let node = &TLS_NODE;
+    let node = &tls_node();
     let vh = TlsVhost::new(node, "sysstore");
     let conn = node.plain(&vh.name);
     let ch = conn.open_channel().expect("channel");

@@ -33,6 +33,7 @@ fn ready_now(conn: &Connection, queue: &str) -> u32 {
 
 #[test]
 fn a_backup_killed_while_it_holds_messages_and_rerun_at_once_backs_them_all_up() {
+    // Issue 31, item 0: five times in a row, each a backup of its own.
     let vh = TestVhost::new("unacked-rerun");
     let conn = vh.connect();
     for (name, kind) in QUEUES {
@@ -42,33 +43,41 @@ fn a_backup_killed_while_it_holds_messages_and_rerun_at_once_backs_them_all_up()
         let _ = ch.close();
     }
     let dir = TempDir::new("unacked-rerun");
+    for round in 1..=5 {
+        killed_and_rerun_at_once(&vh, &conn, &dir, round);
+    }
+}
+
+/// Round `round` of the test above: a backup killed once it holds beta (the quorum queue)
+/// and its second segment is stored, then the same command again at once.
+fn killed_and_rerun_at_once(vh: &TestVhost, conn: &Connection, dir: &TempDir, round: u32) {
     let store = dir.path().join("store");
-    let id = "retry-loop";
-    let db = dir.path().join("offsets.db");
+    let id = format!("retry-loop-{round}");
+    let db = dir.path().join(format!("offsets-{round}.db"));
     let extra = format!(
-        "  max_concurrent_queues: 2\noffset_storage:\n  backend: sqlite\n  db_path: \"{}\"\n",
+        "  max_concurrent_queues: 2\n  segment_max_bytes: 4000000\noffset_storage:\n  backend: sqlite\n  db_path: \"{}\"\n",
         db.display()
     );
     let cfg = write_config(
         dir.path(),
-        "b.yaml",
-        &backup_yaml(id, &vh.name, &store, &extra),
+        &format!("b-{round}.yaml"),
+        &backup_yaml(&id, &vh.name, &store, &extra),
     );
     let (mut child, lines) = spawn_cli(&["backup", "--config", &cfg], &[]);
     wait_line(
         &lines,
         &format!("queue beta in vhost {}: backing up", vh.name),
     );
-    // Kill the run while it holds messages of both the quorum queue and a classic one.
+    // Kill the run while it holds beta and its second segment is stored.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (a, b) = (ready_now(&conn, "alpha"), ready_now(&conn, "beta"));
-        if (a as usize) < N && b == 0 {
+        let segments = walk_segments(&store.join(&id));
+        if ready_now(conn, "beta") == 0 && segments >= 2 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "the backup never held alpha and beta at once ({a}, {b} ready)"
+            "round {round}: the backup never held beta with two segments stored"
         );
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -88,7 +97,7 @@ fn a_backup_killed_while_it_holds_messages_and_rerun_at_once_backs_them_all_up()
         "the rerun started {} ms after the kill",
         killed_at.elapsed().as_millis()
     );
-    let out = {
+    let (status, stdout, stderr) = {
         let mut stdout = String::new();
         let mut stderr = String::new();
         use std::io::Read;
@@ -106,9 +115,12 @@ fn a_backup_killed_while_it_holds_messages_and_rerun_at_once_backs_them_all_up()
             .unwrap();
         (rerun.wait().unwrap(), stdout, stderr)
     };
-    let (status, stdout, stderr) = out;
-    assert_eq!(status.code(), Some(0), "{stdout}{stderr}");
-    let m = manifest(&store, id);
+    assert_eq!(status.code(), Some(0), "round {round}: {stdout}{stderr}");
+    assert!(
+        !stderr.contains("( ("),
+        "no empty connection name: {stderr}"
+    );
+    let m = manifest(&store, &id);
     assert!(m.completed_at.is_some());
     for (name, _) in QUEUES {
         let q = m
@@ -118,37 +130,46 @@ fn a_backup_killed_while_it_holds_messages_and_rerun_at_once_backs_them_all_up()
             .unwrap_or_else(|| panic!("{name} not in the manifest"));
         assert_eq!(
             q.message_count, N as u64,
-            "{name}: the rerun stored {} of {N} messages\n{stderr}",
+            "round {round}, {name}: the rerun stored {} of {N} messages\n{stderr}",
             q.message_count
         );
+        assert_eq!(q.messages_left_out, None, "round {round}, {name}");
     }
-    // Whether the rerun found beta's messages still held depends on how fast the broker gave
-    // them back (the wait itself: `a_rerun_waits_for_what_a_stalled_earlier_run_still_holds`).
-    let beta = m.queues.iter().find(|q| q.name == "beta").unwrap();
-    assert!(
-        beta.messages_unacknowledged_at_start
-            .is_some_and(|n| n <= N as u64),
-        "{:?}\n{stderr}",
-        beta.messages_unacknowledged_at_start
-    );
-    assert_eq!(beta.messages_left_out, None);
     // Every message the backup holds is the source's, in order, once.
     for (name, _) in QUEUES {
-        let got = backed_up(&store, id, name);
+        let got = backed_up(&store, &id, name);
         assert_eq!(
             seqs(&got),
             (0..N as i64).collect::<Vec<_>>(),
-            "{name}: backed up in order"
+            "round {round}, {name}: backed up in order"
         );
     }
     // And the source is whole.
     for (name, _) in QUEUES {
         assert_eq!(
-            depth(&conn, name) as usize,
+            depth(conn, name) as usize,
             N,
-            "{name} whole after the rerun"
+            "round {round}, {name} whole after the rerun"
         );
     }
+}
+
+/// Finished segment files under `dir` (a killed filesystem put leaves `.partial-` files).
+fn walk_segments(dir: &std::path::Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += walk_segments(&p);
+        } else if p
+            .file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with("segment-") && !f.contains(".partial-"))
+        {
+            n += 1;
+        }
+    }
+    n
 }
 
 #[test]
@@ -184,6 +205,15 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
         .status()
         .unwrap();
     assert!(stop.success());
+    // The rerun's listing counts what the stopped run holds once the management API has
+    // statistics for the queue (issue 31, item 13: before, whether the manifest recorded them
+    // depended on how fast the broker gave them back). The rerun without statistics is the
+    // test below.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while unacked_in_api(&vh.name, "beta") != STALLED as u64 {
+        assert!(Instant::now() < deadline, "no statistics for beta");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let out = run_cli_env(&["backup", "--config", &cfg], &env);
     let _ = first.kill();
     let _ = first.wait();
@@ -268,8 +298,11 @@ fn an_earlier_run_s_messages_on_a_queue_without_statistics_yet_are_waited_for() 
     let out = run_cli(&["backup", "--config", &cfg]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    // 3.10 counts no consumer once it is cancelled, 4.3 counts it while its channel holds
+    // messages: either way the read waits.
     assert!(
-        stderr.contains("no message statistics yet for the queue"),
+        stderr.contains("no message statistics yet for the queue")
+            || stderr.contains("not all listed by the management API yet"),
         "{stderr}"
     );
     assert!(

@@ -41,23 +41,18 @@ pub(super) struct EarlierRun {
 
 impl EarlierRun {
     /// `prefix`: how the backup's connection names start; `interrupted`: an earlier run's
-    /// manifest was found interrupted; `lock`: this run's lock. Closes the connections of the
-    /// run whose lock was taken over that the API lists now.
-    pub(super) fn find(
-        mgmt: &ManagementClient,
-        prefix: String,
-        interrupted: bool,
-        lock: &RunLock,
-    ) -> EarlierRun {
-        let e = EarlierRun {
+    /// manifest was found interrupted; `lock`: this run's lock. Nothing is closed yet: a
+    /// queue's read closes the connections while it waits for their messages
+    /// ([`Self::close_listed`]), after its first look at the queue, so that what they held
+    /// counts as unacknowledged at the start (`super::unacked`).
+    pub(super) fn find(prefix: String, interrupted: bool, lock: &RunLock) -> EarlierRun {
+        EarlierRun {
             prefix,
             own: format!("run {})", lock.run_id()),
             taken_over: lock.replaced().map(|l| format!("run {})", l.run_id)),
             seen: interrupted || lock.replaced().is_some(),
             closed: Mutex::new((None, HashSet::new())),
-        };
-        e.close_listed(mgmt);
-        e
+        }
     }
 
     /// True when an earlier run of this backup may still hold messages.

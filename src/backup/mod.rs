@@ -202,6 +202,10 @@ fn run_job(
         Nodes::new(resolved.urls)
     };
     let broker_version = quorum::SeenVersion::new(overview.broker_version.as_deref());
+    let statistics = !overview.disable_stats;
+    if !statistics {
+        log::warn!("the source's management API keeps no message statistics (management_agent.disable_metrics_collector): the live counts of the queues decide when a read starts, and what other consumers hold cannot be counted");
+    }
     manifest.source_cluster = overview.cluster_name;
     manifest.broker_version = overview.broker_version;
     alarm::check_headroom(&mgmt)?;
@@ -255,13 +259,11 @@ fn run_job(
         }
     };
 
-    let earlier_run = earlier_run::EarlierRun::find(
-        &mgmt,
-        target.connection_prefix(),
-        interrupted.is_some(),
-        &lock,
-    );
+    // Listed before the connections of an earlier run are closed: the listing still counts
+    // what that run holds unacknowledged (the manifest's messages_unacknowledged_at_start).
     let (mut queues, mut skipped) = select_queues(&mgmt, source, opts, broker_version.get())?;
+    let earlier_run =
+        earlier_run::EarlierRun::find(target.connection_prefix(), interrupted.is_some(), &lock);
     if let Some(shard) = &target.shard {
         let all = queues.len();
         queues.retain(|q| shard.owns(&q.vhost, &q.name));
@@ -311,11 +313,13 @@ fn run_job(
         checkpoint_id: target.checkpoint_id(),
         earlier_run,
         broker_version,
+        statistics,
         compression,
         encrypt: recipients.as_ref(),
         spool: spool.path(),
         mgmt: &mgmt,
         left_out: Mutex::new(Vec::new()),
+        retried: Mutex::new(std::collections::HashSet::new()),
         stop: alarm::Stop::default(),
         lock: &lock,
         storage: storage.as_ref(),
@@ -325,6 +329,10 @@ fn run_job(
     let results = run_queues(&ctx, storage.clone(), &queues);
     drop(display);
     let ctx_earlier_keys = ctx.earlier.keys;
+    let retried = ctx
+        .retried
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let left_out = ctx
         .left_out
         .into_inner()
@@ -374,8 +382,16 @@ fn run_job(
         manifest.completed_at = Some(now_ms());
     }
     manifest_writer.write(storage.as_ref(), &lock, &manifest)?;
-    if ctx_earlier_keys > 0 && manifest.completed_at.is_some() {
-        resume::remove_unlisted_segments(storage.as_ref(), manifest_writer.key(), &manifest, &lock);
+    if manifest.completed_at.is_some() && (ctx_earlier_keys > 0 || !retried.is_empty()) {
+        // Segments of an earlier run (any queue), or of this run's abandoned attempts.
+        let only = (ctx_earlier_keys == 0).then_some(&retried);
+        resume::remove_unlisted_segments(
+            storage.as_ref(),
+            manifest_writer.key(),
+            &manifest,
+            &lock,
+            only,
+        );
     }
     lock.release();
     if target.shard.is_some() && manifest.completed_at.is_some() {
@@ -431,6 +447,8 @@ pub(super) struct QueueContext<'a> {
     /// The source broker's version: what giving a quorum queue's messages back costs
     /// (`quorum`).
     broker_version: quorum::SeenVersion,
+    /// False when the source's management API keeps no message statistics (`unacked`).
+    statistics: bool,
     compression: Compression,
     /// `backup.encryption`: the recipients every segment is encrypted to.
     encrypt: Option<&'a Recipients>,
@@ -439,6 +457,9 @@ pub(super) struct QueueContext<'a> {
     mgmt: &'a ManagementClient,
     /// Queues backed up without some of their messages, as the queue threads find them.
     left_out: Mutex<Vec<LeftOut>>,
+    /// Queues (vhost, name) read more than once by this run (`retry`): their abandoned
+    /// attempts' segments are removed once the backup completes.
+    retried: Mutex<std::collections::HashSet<(String, String)>>,
     /// Why the run stops, once it must: a memory alarm on the source, a connection the broker
     /// blocked.
     stop: alarm::Stop,
@@ -569,14 +590,21 @@ fn read_queues<'a>(
         let i = next.fetch_add(1, Ordering::SeqCst) as usize;
         let Some(q) = queues.get(i) else { break };
         let _log = crate::logging::queue_scope(&q.vhost, &q.name);
+        // A retry does not start below what the listing or an earlier attempt counted.
+        let listed = if q.statistics { q.messages } else { 0 };
+        let (mut floor, mut attempts) = (unacked::Floor(0), 0u32);
         let r = match crate::signals::stop_reason("backup") {
             Some(why) => Err(Error::Io(why)),
             None if ctx.stop.reason().is_some() => {
                 Err(Error::Connection(ctx.stop.reason().unwrap_or_default()))
             }
             None => retry::with_retries(ctx, q, || {
+                attempts += 1;
                 if q.queue_type != Some(crate::broker::QueueType::Stream) {
-                    let r = backup_queue(ctx, q, upload_tx, &mut conns);
+                    if attempts > 1 {
+                        floor.0 = floor.0.max(listed);
+                    }
+                    let r = backup_queue(ctx, q, upload_tx, &mut conns, &mut floor);
                     if r.is_err() {
                         conns.discard();
                     }
@@ -588,6 +616,12 @@ fn read_queues<'a>(
                 }
             }),
         };
+        if attempts > 1 {
+            // Its failed attempts may have stored segments no manifest lists.
+            if let Ok(mut retried) = ctx.retried.lock() {
+                retried.insert((q.vhost.clone(), q.name.clone()));
+            }
+        }
         let r = match r {
             Ok(Some(Outcome::Storing(storing_queue))) => match storing.send((i, storing_queue)) {
                 Ok(()) => continue,

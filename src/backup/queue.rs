@@ -7,7 +7,7 @@ use super::conns::ThreadConnection;
 use super::quorum::{self, Decision};
 use super::resume;
 use super::segments::{build_segments, Batches, Stored, Upload};
-use super::unacked::{self, AtStart};
+use super::unacked::{self, AtStart, Floor};
 use super::{LeftOut, QueueContext, SkippedQueue};
 use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
@@ -46,12 +46,15 @@ pub(super) struct Storing<'a> {
 }
 
 /// Backs up one queue on the queue thread's connection `conns`. `Ok(None)`: the queue was
-/// deleted after it was listed.
+/// deleted after it was listed. `floor`: what an earlier attempt of this run saw in the queue
+/// (its read does not start below it without the broker's word, `unacked::Floor`); raised to
+/// this attempt's depth at start for the next one.
 pub(super) fn backup_queue<'a>(
     ctx: &'a QueueContext<'a>,
     q: &'a QueueInfo,
     uploads: &Sender<Upload>,
     conns: &mut ThreadConnection,
+    floor: &mut Floor,
 ) -> Result<Option<Outcome<'a>>> {
     let kind = q.queue_type.unwrap_or(QueueType::Classic);
     if !ctx.opts.stop_at_current_depth {
@@ -101,7 +104,7 @@ pub(super) fn backup_queue<'a>(
         strategy = RequeueStrategy::Cancel;
     }
     let (conn, control) = conns.get(ctx, &q.vhost, q.node.as_deref())?;
-    let at_start = match unacked::settle(ctx, control, q) {
+    let at_start = match unacked::settle(ctx, control, q, *floor) {
         Err(e) if is_gone(&e) => {
             log::warn!(
                 "queue {} in vhost {} was deleted after it was listed: skipped",
@@ -112,6 +115,7 @@ pub(super) fn backup_queue<'a>(
         }
         other => other?,
     };
+    floor.0 = floor.0.max(at_start.ready);
     log::info!("queue {} in vhost {}: backing up", q.name, q.vhost);
     // Resolved once: the per-message updates below are relaxed atomic adds.
     let m = metrics::global().backup_queue(&q.name, &q.vhost, kind.as_str());

@@ -313,8 +313,9 @@ fn segment_number(name: &str) -> Option<u64> {
     digits[..end].parse().ok()
 }
 
-/// After a run completed: deletes the segments under the queues of `manifest` that it does
-/// not list (an earlier run's, or an older backup's with the same id), once the manifest read
+/// After a run completed: deletes the segments under the queues of `manifest` (those of
+/// `only`, when given: `(vhost, name)`) that it does not list (an earlier run's, an older
+/// backup's with the same id, or an abandoned attempt's of this run), once the manifest read
 /// back from `key` (the backup's or the part's) is still `manifest` (another run that took the
 /// backup over would have written its own) and the run still holds its lock. Failures are
 /// logged, never fatal.
@@ -323,6 +324,7 @@ pub(super) fn remove_unlisted_segments(
     key: &str,
     manifest: &Manifest,
     lock: &crate::lock::RunLock,
+    only: Option<&HashSet<(String, String)>>,
 ) {
     let stored = storage
         .get_bytes(key)
@@ -341,6 +343,9 @@ pub(super) fn remove_unlisted_segments(
         }
     }
     for q in &manifest.queues {
+        if only.is_some_and(|o| !o.contains(&(q.vhost.clone(), q.name.clone()))) {
+            continue;
+        }
         if let Some(why) = lock.lost() {
             log::warn!("{why}: the segments the manifest does not list are left alone");
             return;
@@ -356,8 +361,8 @@ pub(super) fn remove_unlisted_segments(
         };
         for key in keys.iter().filter(|k| !listed.contains(k.as_str())) {
             match storage.delete(key) {
-                Ok(()) => log::info!("{key}: segment of an earlier run, not in the backup, removed"),
-                Err(e) => log::warn!("{key}: segment of an earlier run, not in the backup, could not be removed: {e}"),
+                Ok(()) => log::info!("{key}: segment of an earlier run or attempt, not in the backup, removed"),
+                Err(e) => log::warn!("{key}: segment of an earlier run or attempt, not in the backup, could not be removed: {e}"),
             }
         }
     }

@@ -166,6 +166,11 @@ pub struct Overview {
     /// `listeners`: each node's listening sockets (AMQP, stream, clustering, ...).
     #[serde(default)]
     pub listeners: Vec<Listener>,
+    /// `disable_stats` (RabbitMQ 4.x): true when the management API keeps no message
+    /// statistics (`management_agent.disable_metrics_collector = true`): no counts, no
+    /// consumers, no connections. Absent (3.x): false.
+    #[serde(default)]
+    pub disable_stats: bool,
 }
 
 /// One listening socket of a node (`/api/overview` `listeners`).
@@ -239,7 +244,7 @@ impl ManagementClient {
     pub fn overview(&self) -> Result<Overview> {
         self.get_json(
             "/api/overview",
-            Some("columns=cluster_name,rabbitmq_version,listeners"),
+            Some("columns=cluster_name,rabbitmq_version,listeners,disable_stats"),
         )
     }
 

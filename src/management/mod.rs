@@ -11,7 +11,8 @@
 //! - https handshake refused: `TLS handshake with <base url> failed: <why>` (`crate::tls`);
 //! - any non-2xx answer: `HTTP <status> for <METHOD> <path>`, where `<path>` is the request path as
 //!   sent without the query string (e.g. `/api/queues/%2F/my%20queue`); the broker's short `reason`
-//!   is appended as `: <reason>`, except for 404 and for a failed login (401 `Login failed`).
+//!   is appended as `: <reason>`, except for 404 and for a failed login (401 `Login failed`,
+//!   `Not_Authorized` on RabbitMQ 4.x).
 //!
 //! The password is sent only in the `Authorization` header and never appears in a message or log.
 
@@ -380,10 +381,13 @@ impl ManagementClient {
         }
         let mut message = format!("HTTP {status} for {} {path}", method.as_str());
         if status != 404 {
-            // A failed login (401 "Login failed") stays bare, as SPEC.md shows it; other refusals
-            // (401 "Access refused." for a reserved name, 403, 400, 500) say why.
+            // A failed login (401 "Login failed" on 3.x, "Not_Authorized" on 4.x) stays bare,
+            // as SPEC.md shows it; other refusals (401 "Access refused." for a reserved name,
+            // 403, 400, 500) say why.
             let reason = read.ok().and_then(|b| error_reason(&b));
-            if let Some(reason) = reason.filter(|r| !(status == 401 && r == "Login failed")) {
+            let login_failed =
+                |r: &String| status == 401 && (r == "Login failed" || r == "Not_Authorized");
+            if let Some(reason) = reason.filter(|r| !login_failed(r)) {
                 message.push_str(": ");
                 message.push_str(&reason);
             }

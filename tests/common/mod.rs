@@ -309,6 +309,10 @@ pub fn connect(vhost: &str) -> Connection {
     Connection::open(&ConnectOptions::new(url)).expect("connect")
 }
 
+/// Declares a durable queue of type `kind` with `extra` arguments. On a broker where every
+/// return of a quorum message counts and quorum queues have a delivery limit by default
+/// (4.0-4.2), a quorum queue without its own `x-delivery-limit` gets `-1` (none): the remedy
+/// README gives, without which a backup leaves the queue alone (tests/delivery_limit.rs).
 pub fn declare(ch: &Channel, name: &str, kind: &str, extra: FieldTable) {
     let mut args = extra;
     if kind != "classic" {
@@ -316,6 +320,14 @@ pub fn declare(ch: &Channel, name: &str, kind: &str, extra: FieldTable) {
             "x-queue-type".into(),
             FieldValue::LongString(kind.as_bytes().to_vec()),
         ));
+    }
+    let b = broker();
+    if kind == "quorum"
+        && b.default_delivery_limit()
+        && !b.uncounted_nack()
+        && !args.iter().any(|(k, _)| k == "x-delivery-limit")
+    {
+        args.push(("x-delivery-limit".into(), FieldValue::I64(-1)));
     }
     ch.queue_declare(name, true, false, false, &args)
         .expect("declare queue");
@@ -570,12 +582,13 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
         .message_count;
     // On 4.x a nack gives the messages back in order (and on 4.3 without raising a quorum
     // message's delivery count, where a close raises it); 3.10 applies a large nack to a
-    // quorum queue in hash order, and a close keeps the order.
-    // The channels close once the nacked messages are back (a close first would return them
-    // itself).
+    // quorum queue in hash order, and a close keeps the order. The connection's broker decides
+    // (the test cluster is 3.10 whatever the test broker). The channels close once the nacked
+    // messages are back (a close first would return them itself).
+    let nack = version_of(conn) >= (4, 0);
     for (ch, consumer, last_tag) in &channels {
         let _ = ch.basic_cancel(consumer.tag());
-        if broker().is_4x() {
+        if nack {
             let _ = ch.basic_nack(*last_tag, true, true);
         }
     }
@@ -595,7 +608,7 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    if broker().is_4x() {
+    if nack {
         back();
     }
     for (ch, _, _) in channels {
@@ -604,6 +617,20 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
     back();
     let _ = control.close();
     out
+}
+
+/// The (major, minor) version of the broker `conn` is connected to, from its
+/// `server-properties`.
+pub fn version_of(conn: &Connection) -> (u32, u32) {
+    conn.server_properties()
+        .iter()
+        .find(|(k, _)| k == "version")
+        .and_then(|(_, v)| match v {
+            FieldValue::LongString(b) => std::str::from_utf8(b).ok(),
+            _ => None,
+        })
+        .and_then(rmq_backup::broker::BrokerVersion::parse)
+        .map_or((0, 0), |v| (v.major, v.minor))
 }
 
 /// Waits (at most 30 s) until `queue` holds `n` ready messages: messages given back by a
@@ -684,7 +711,8 @@ pub fn comparable(props: &BasicProperties, headers: Headers) -> BasicProperties 
     if let Some(h) = p.headers.as_mut() {
         let before = h.len();
         h.retain(|(k, _)| !BROKER_HEADERS.contains(&k.as_str()));
-        if headers == Headers::Sorted {
+        // RabbitMQ 4.x sorts the keys of every message at publish, whatever the queue.
+        if headers == Headers::Sorted || broker().is_4x() {
             h.sort_by(|a, b| a.0.cmp(&b.0));
         }
         if h.is_empty() && (before > 0 || headers == Headers::Sorted) {
@@ -692,6 +720,41 @@ pub fn comparable(props: &BasicProperties, headers: Headers) -> BasicProperties 
         }
     }
     p
+}
+
+/// `msgs` in the order a queue of type `kind` on the test broker delivers them, published in
+/// this order: quorum queues of RabbitMQ 4.3 deliver by priority, highest first (no priority
+/// counts as 4); those of 4.0-4.2 have two levels (above 4, and the rest) and deliver two
+/// high for one normal while both have messages (measured on 4.3.6 and 4.0.5). Classic queues
+/// without `x-max-priority`, 3.x quorum queues and streams keep the publish order.
+pub fn in_broker_order(msgs: &[Msg], kind: &str) -> Vec<Msg> {
+    let b = broker();
+    if kind != "quorum" || !b.is_4x() {
+        return msgs.to_vec();
+    }
+    let priority = |m: &Msg| m.props.priority.unwrap_or(4);
+    if b.version >= (4, 3) {
+        let mut out = msgs.to_vec();
+        out.sort_by_key(|m| std::cmp::Reverse(priority(m)));
+        return out;
+    }
+    let (high, normal): (Vec<&Msg>, Vec<&Msg>) = msgs.iter().partition(|m| priority(m) > 4);
+    let (mut high, mut normal) = (high.into_iter(), normal.into_iter());
+    let mut out = Vec::with_capacity(msgs.len());
+    loop {
+        let mut took = false;
+        for m in high.by_ref().take(2) {
+            out.push(m.clone());
+            took = true;
+        }
+        if let Some(m) = normal.next() {
+            out.push(m.clone());
+            took = true;
+        }
+        if !took {
+            return out;
+        }
+    }
 }
 
 /// Asserts that `got` holds exactly `expected`, in order: body, every property, every header

@@ -1,7 +1,10 @@
 //! The TLS nodes of `scripts/setup-rabbitmq-tls.sh` and their test CA, for the TLS tests:
 //! - rmqtls: amqps 5671, stream over TLS 5551, management https 15671, client certificate
-//!   optional; plain AMQP 5674;
-//! - rmqmtls: amqps 5681, stream 5561, https 15681, client certificate required; plain 5684.
+//!   optional; plain AMQP 5674 (RabbitMQ 3.10.8);
+//! - rmqmtls: amqps 5681, stream 5561, https 15681, client certificate required; plain 5684;
+//! - the TLS listeners of the RabbitMQ 4.x nodes of `scripts/setup-rabbitmq-4x.sh`, with the
+//!   same CA and server certificate, client certificate optional: 4.3 amqps 5693, stream 5573,
+//!   https 15693; 4.0 amqps 5691, stream 5571, https 15691 ([`tls_node`]).
 //!
 //! The server certificate is valid for `localhost` only.
 #![allow(dead_code)]
@@ -67,6 +70,29 @@ pub const MTLS_NODE: Node = Node {
     https: 15681,
     client: Some(("client.pem", "client.pkcs8.key")),
 };
+
+/// The TLS node of the test broker (`common::broker`): its own TLS listeners on 4.x, rmqtls
+/// for 3.10. Client certificate optional.
+pub fn tls_node() -> Node {
+    let b = crate::common::broker();
+    match b.version {
+        (4, 3) => Node {
+            amqps: 5693,
+            stream: 5573,
+            plain: b.amqp_port,
+            https: 15693,
+            client: None,
+        },
+        (4, 0) => Node {
+            amqps: 5691,
+            stream: 5571,
+            plain: b.amqp_port,
+            https: 15691,
+            client: None,
+        },
+        _ => TLS_NODE,
+    }
+}
 
 impl Node {
     pub fn management(&self) -> ManagementClient {
