@@ -6,13 +6,26 @@
 //! (`definitions/definitions.json<ext>`). On import the JSON is filtered by
 //! `definitions_selection` and renamed by `vhost_mapping`, `queue_mapping` and
 //! `exchange_mapping`, then posted to `POST /api/definitions`; before a full import the target's
-//! own definitions are saved to `definitions/rollback-before-import-<epoch ms><ext>`.
+//! own definitions are saved to `definitions/rollback-before-import-<epoch ms><ext>`. Into
+//! RabbitMQ 4.x, what 4.x refuses is taken out first and, with
+//! `restore.convert_mirrored_queues`, mirrored classic queues become quorum queues (`migrate`,
+//! README "From RabbitMQ 3.x to 4.x").
+//!
+//! - this file: export, reading a stored file, import, compression;
+//! - `select`: `definitions_selection` and the name mappings;
+//! - `migrate`: a 3.x export made importable by 4.x; `policy`: which policy applied to a queue.
 
+mod migrate;
+mod policy;
 mod select;
 
+pub use migrate::{
+    Change, PolicyKind, MIRRORING_KEYS, QUORUM_REFUSED_ARGUMENTS, REMOVED_POLICY_KEYS,
+};
 pub use select::{rename, select};
 
-use crate::config::RestoreOptions;
+use crate::broker::BrokerVersion;
+use crate::config::{ConvertMirroredQueues, RestoreOptions};
 use crate::encryption::{self, Identities, Recipients};
 use crate::error::{Error, Result};
 use crate::management::ManagementClient;
@@ -79,6 +92,14 @@ pub struct ImportSummary {
     pub users: usize,
     /// Key of the rollback snapshot written before the import, if any.
     pub rollback_key: Option<String>,
+    /// The target's version, when known (`GET /api/overview`).
+    pub target_version: Option<BrokerVersion>,
+    /// What was changed to make the definitions importable by a RabbitMQ 4.x target, and the
+    /// queues converted (`migrate`), in the order logged; empty for a 3.x target.
+    pub changes: Vec<Change>,
+    /// Queues declared as quorum queues by `restore.convert_mirrored_queues`: (vhost, queue)
+    /// as named in the backup.
+    pub converted: Vec<(String, String)>,
 }
 
 /// The definitions JSON of a backup: fetched, decrypted with `keys` when stored encrypted
@@ -108,19 +129,24 @@ pub fn read_stored(
 }
 
 /// Restores the definitions of a backup into the target broker (or, with
-/// `definitions_dry_run`, only checks them). `keys` decrypt an encrypted backup's file; the
-/// target's own definitions saved before the import are encrypted to `rollback_to` (the
-/// backup's recipients) when given.
+/// `definitions_dry_run`, only checks them). `target` is the target's version
+/// (`rabbitmq_version` of `GET /api/overview`): into 4.x the definitions are migrated first
+/// ([`prepare`]), each change logged as a warning before anything is written; `None` (unknown)
+/// imports them as they are. `keys` decrypt an encrypted backup's file; the target's own
+/// definitions saved before the import are encrypted to `rollback_to` (the backup's recipients)
+/// when given.
 ///
 /// Errors: a selected vhost, queue or exchange absent from the backup fails before anything is
 /// imported (`Configuration error`); storage, decryption, decompression and management API
-/// errors (`HTTP 500` when the broker refuses the definitions).
+/// errors (`HTTP 400` or `HTTP 500` when the broker refuses the definitions).
+#[allow(clippy::too_many_arguments)]
 pub fn import(
     mgmt: &ManagementClient,
     storage: &dyn Storage,
     backup_id: &str,
     entry: &DefinitionsBackup,
     opts: &RestoreOptions,
+    target: Option<BrokerVersion>,
     keys: Option<&Identities>,
     rollback_to: Option<&Recipients>,
 ) -> Result<ImportSummary> {
@@ -128,11 +154,41 @@ pub fn import(
     let doc: Value = serde_json::from_slice(&raw).map_err(|e| {
         Error::Serialization(format!("definitions file {} is not JSON: {e}", entry.key))
     })?;
-    let doc = select(doc, &opts.definitions_selection)?;
-    let doc = rename(doc, opts);
+    let (doc, changes) = prepare(doc, opts, target)?;
     let mut summary = summarize(&doc);
+    summary.target_version = target;
+    match target {
+        Some(v) if migrate::needed(v) => {
+            for c in &changes {
+                log::warn!("definitions for RabbitMQ {v}: {c}");
+            }
+        }
+        Some(v) if opts.convert_mirrored_queues.is_some() => log::warn!(
+            "restore.convert_mirrored_queues: the target runs RabbitMQ {v}, which still mirrors classic queues; the queues keep their type"
+        ),
+        Some(_) => {}
+        None => log::warn!(
+            "the target's RabbitMQ version is unknown: the definitions are imported as they are (into RabbitMQ 4.x a 3.x backup's mirroring policies fail the import)"
+        ),
+    }
+    summary.converted = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Converted { vhost, queue, .. } => Some((vhost.clone(), queue.clone())),
+            _ => None,
+        })
+        .collect();
+    summary.changes = changes;
     if opts.definitions_dry_run {
-        log::info!("definitions dry run: {summary:?}; nothing imported");
+        log::info!(
+            "definitions dry run: {} vhosts, {} queues, {} exchanges, {} bindings, {} users, {} change(s) for the target; nothing imported",
+            summary.vhosts,
+            summary.queues,
+            summary.exchanges,
+            summary.bindings,
+            summary.users,
+            summary.changes.len()
+        );
         return Ok(summary);
     }
     let compression = Compression::from_key(&entry.key);
@@ -160,6 +216,36 @@ pub fn import(
     Ok(summary)
 }
 
+/// The definitions a restore posts: `doc` (the backup's) selected by `definitions_selection`,
+/// migrated for a RabbitMQ 4.x `target` (mirrored queues, with `convert_mirrored_queues`,
+/// decided on the whole export: a selection of queues keeps no policy), then renamed by the
+/// mappings. Returns the changes the migration made (names as in the backup), in order.
+///
+/// Errors: those of [`select`].
+pub fn prepare(
+    doc: Value,
+    opts: &RestoreOptions,
+    target: Option<BrokerVersion>,
+) -> Result<(Value, Vec<Change>)> {
+    let migrating = target.is_some_and(migrate::needed);
+    let mirrored = match opts.convert_mirrored_queues {
+        Some(ConvertMirroredQueues::Quorum) if migrating => Some(migrate::mirrored_queues(&doc)),
+        _ => None,
+    };
+    let mut doc = select(doc, &opts.definitions_selection)?;
+    let mut changes = Vec::new();
+    if migrating {
+        if let Some((_, unreadable)) = &mirrored {
+            changes.extend(unreadable.iter().cloned());
+        }
+        changes.extend(migrate::for_4x(
+            &mut doc,
+            mirrored.as_ref().map(|(queues, _)| queues),
+        ));
+    }
+    Ok((rename(doc, opts), changes))
+}
+
 fn summarize(doc: &Value) -> ImportSummary {
     let count = |k: &str| doc.get(k).and_then(Value::as_array).map_or(0, Vec::len);
     ImportSummary {
@@ -168,7 +254,7 @@ fn summarize(doc: &Value) -> ImportSummary {
         exchanges: count("exchanges"),
         bindings: count("bindings"),
         users: count("users"),
-        rollback_key: None,
+        ..Default::default()
     }
 }
 
