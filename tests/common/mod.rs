@@ -123,6 +123,17 @@ impl TestBroker {
         ManagementClient::new(&self.management_url(), "guest", "guest", None)
             .expect("management client")
     }
+
+    /// The percent-encoded AMQP URL of `vhost` on this broker.
+    pub fn amqp_url(&self, vhost: &str) -> String {
+        format!("{}/{}", self.amqp_base(), encode_vhost(vhost))
+    }
+
+    /// An AMQP connection to `vhost` on this broker.
+    pub fn connect(&self, vhost: &str) -> Connection {
+        let url = AmqpUrl::parse(&self.amqp_url(vhost)).expect("url");
+        Connection::open(&ConnectOptions::new(url)).expect("connect")
+    }
 }
 
 /// The broker under test: `RMQ_TEST_BROKER` (default `4.3`).
@@ -200,7 +211,12 @@ pub fn management() -> ManagementClient {
 
 /// The percent-encoded AMQP URL of a vhost.
 pub fn amqp_url(vhost: &str) -> String {
-    let enc: String = vhost
+    format!("{}/{}", amqp_base(), encode_vhost(vhost))
+}
+
+/// A vhost name as the path of an AMQP URL.
+fn encode_vhost(vhost: &str) -> String {
+    vhost
         .bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' {
@@ -209,8 +225,7 @@ pub fn amqp_url(vhost: &str) -> String {
                 format!("%{b:02X}")
             }
         })
-        .collect();
-    format!("{}/{enc}", amqp_base())
+        .collect()
 }
 
 /// `<pid>-<counter>-<epoch ms>`: unique per process, per call and per run, so that no two
@@ -535,6 +550,11 @@ pub fn seqs(ds: &[Delivery]) -> Vec<i64> {
 /// Reads the first `n` messages of `queue` without removing any (consume windows without ack,
 /// then close), in order.
 pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
+    peek_on(broker(), conn, queue, n)
+}
+
+/// [`peek`] on a connection to broker `b` (tests that use two brokers at once).
+pub fn peek_on(b: &TestBroker, conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
     let mut out: Vec<Delivery> = Vec::with_capacity(n);
     let mut channels = Vec::new();
     while out.len() < n {
@@ -575,7 +595,7 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
     // itself).
     for (ch, consumer, last_tag) in &channels {
         let _ = ch.basic_cancel(consumer.tag());
-        if broker().is_4x() {
+        if b.is_4x() {
             let _ = ch.basic_nack(*last_tag, true, true);
         }
     }
@@ -595,7 +615,7 @@ pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    if broker().is_4x() {
+    if b.is_4x() {
         back();
     }
     for (ch, _, _) in channels {
