@@ -412,14 +412,28 @@ fn print_restore(s: &restore::RestoreSummary) {
                 "Definitions: {} vhosts, {} queues, {} exchanges, {} bindings, {} users would be imported",
                 d.vhosts, d.queues, d.exchanges, d.bindings, d.users
             );
+            if let (Some(v), false) = (d.target_version, d.changes.is_empty()) {
+                println!(
+                    "Changed for RabbitMQ {v} ({} change(s), names as in the backup):",
+                    d.changes.len()
+                );
+                for c in &d.changes {
+                    println!("  {c}");
+                }
+            }
         }
         for q in &s.queues {
             println!(
-                "  {}/{} -> {}/{}: {} messages in backup, {} segment(s) in the time window",
+                "  {}/{} -> {}/{}{}: {} messages in backup, {} segment(s) in the time window",
                 q.source_vhost,
                 q.source_queue,
                 q.target_vhost,
                 q.target_queue,
+                if q.converted_to_quorum {
+                    " (a quorum queue)"
+                } else {
+                    ""
+                },
                 q.in_backup,
                 q.segments
             );

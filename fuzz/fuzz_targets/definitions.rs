@@ -1,17 +1,22 @@
 //! Definitions files as a restore reads them from storage: `definitions::decompress_at_most` (none,
 //! zstd, lz4: the first input byte chooses), the JSON parse, then `definitions::select` with
 //! an empty selection and with selections of a vhost, a queue and an exchange the file names,
-//! and `definitions::rename` with mappings of those names.
+//! and `definitions::rename` with mappings of those names; `definitions::prepare` for a
+//! RabbitMQ 4.3 target with `convert_mirrored_queues` (policy patterns compiled by the `regex`
+//! crate, queues converted).
 //!
 //! Invariants beyond "no panic": decompression errors are `Compression error:`; an empty
 //! selection keeps the file as it is; selecting names the file holds succeeds, keeps no more
 //! entries than there were and renames keep the counts; selecting a name it lacks is a
-//! `Configuration error:`; the result serialises (it is what would be posted to the broker).
+//! `Configuration error:`; the result serialises (it is what would be posted to the broker);
+//! the 4.3 migration of a whole file succeeds, keeps no more entries than there were and
+//! serialises.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::config::{DefinitionsSelection, RestoreOptions};
-use rmq_backup::definitions::{decompress_at_most, rename, select};
+use rmq_backup::broker::BrokerVersion;
+use rmq_backup::config::{ConvertMirroredQueues, DefinitionsSelection, RestoreOptions};
+use rmq_backup::definitions::{decompress_at_most, prepare, rename, select};
 use rmq_backup::segment::Compression;
 use rmq_backup::Error;
 use serde_json::Value;
@@ -103,6 +108,19 @@ fuzz_target!(|data: &[u8]| {
     };
     let all = select(doc.clone(), &DefinitionsSelection::default()).expect("empty selection");
     assert_eq!(all, doc, "an empty selection changed the definitions");
+    let convert = RestoreOptions {
+        convert_mirrored_queues: Some(ConvertMirroredQueues::Quorum),
+        ..Default::default()
+    };
+    let (migrated, _changes) =
+        prepare(doc.clone(), &convert, BrokerVersion::parse("4.3.6")).expect("4.3 migration");
+    for k in KINDS {
+        assert!(
+            count(&migrated, k) <= count(&doc, k),
+            "{k} grew in the migration"
+        );
+    }
+    serde_json::to_vec(&migrated).expect("migrated definitions serialise");
     let one = |names: Option<String>| names.into_iter().collect::<Vec<_>>();
     let vhost = one(first_name(&doc, "vhosts"));
     let queue = one(first_name(&doc, "queues"));

@@ -35,7 +35,9 @@ pub use backup::{BackupOptions, CompressionKind, RequeueStrategy, ShardConfig};
 pub use checkpoints::{OffsetBackend, OffsetStorageConfig};
 pub use encryption::{BackupEncryption, RestoreEncryption};
 pub use metrics::MetricsConfig;
-pub use restore::{DefinitionsSelection, PublishMode, RestoreOptions, StreamOffsets};
+pub use restore::{
+    ConvertMirroredQueues, DefinitionsSelection, PublishMode, RestoreOptions, StreamOffsets,
+};
 pub use retention::RetentionConfig;
 pub use source::{QueueSelection, SourceConfig, TlsConfig};
 pub use storage::{AzureStorage, FilesystemStorage, GcsStorage, S3Storage, StorageConfig};

@@ -43,6 +43,16 @@ impl DefinitionsSelection {
     }
 }
 
+/// `restore.convert_mirrored_queues` (README "From RabbitMQ 3.x to 4.x"): the type a classic
+/// queue that a classic-mirroring policy applied to in the backup is declared with when the
+/// target runs RabbitMQ 4.x, which removed mirroring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConvertMirroredQueues {
+    /// A quorum queue (`x-queue-type: quorum`), as RabbitMQ's migration guide advises.
+    Quorum,
+}
+
 /// `restore` options (SPEC.md "restore"); every field optional with the default shown.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -73,6 +83,9 @@ pub struct RestoreOptions {
     pub definitions_dry_run: bool,
     /// Default empty (everything).
     pub definitions_selection: DefinitionsSelection,
+    /// Declare the mirrored classic queues of a RabbitMQ 3.x backup as quorum queues on a 4.x
+    /// target; default none (they stay classic). Needs `restore_definitions`.
+    pub convert_mirrored_queues: Option<ConvertMirroredQueues>,
     /// Create missing target queues (direct-to-queue); default false; needs target management
     /// access.
     pub create_missing_queues: bool,
@@ -122,6 +135,7 @@ impl Default for RestoreOptions {
             restore_definitions: true,
             definitions_dry_run: false,
             definitions_selection: DefinitionsSelection::default(),
+            convert_mirrored_queues: None,
             create_missing_queues: false,
             checkpoint_state: None,
             checkpoint_interval_secs: 60,
@@ -174,6 +188,11 @@ pub(super) fn validate_restore_options(r: &RestoreOptions) -> Result<()> {
     check_mapping(&r.vhost_mapping, "restore.vhost_mapping", false)?;
     // Mapping to "" (the default exchange) is allowed.
     check_mapping(&r.exchange_mapping, "restore.exchange_mapping", true)?;
+    if r.convert_mirrored_queues.is_some() && !r.restore_definitions {
+        return Err(config_err(
+            "restore.convert_mirrored_queues needs restore.restore_definitions: true (the mirroring policies and the queues to convert are read from the backup's definitions)",
+        ));
+    }
     if let Some(p) = &r.checkpoint_state {
         if p.as_os_str().is_empty() {
             return Err(config_err("restore.checkpoint_state must not be empty"));

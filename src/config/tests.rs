@@ -322,6 +322,7 @@ fn minimal_backup_gets_every_default() {
     assert!(!r.definitions_dry_run);
     assert!(r.definitions_selection.is_empty());
     assert!(!r.create_missing_queues);
+    assert_eq!(r.convert_mirrored_queues, None);
     assert_eq!(r.checkpoint_state, None);
     assert_eq!(r.checkpoint_interval_secs, 60);
     assert!(!r.dry_run);
@@ -617,6 +618,36 @@ fn url_rules() {
         invalid(&c),
         "target.management_url must start with http:// or https://"
     );
+}
+
+#[test]
+fn convert_mirrored_queues_takes_quorum_and_needs_the_definitions() {
+    let c = parsed(&format!(
+        "{MINIMAL_RESTORE}restore:\n  convert_mirrored_queues: quorum\n"
+    ));
+    assert_eq!(
+        c.restore.convert_mirrored_queues,
+        Some(crate::config::ConvertMirroredQueues::Quorum)
+    );
+    assert!(c.validate().is_ok());
+    let mut off = c.clone();
+    off.restore.restore_definitions = false;
+    assert_eq!(
+        invalid(&off),
+        "restore.convert_mirrored_queues needs restore.restore_definitions: true (the mirroring policies and the queues to convert are read from the backup's definitions)"
+    );
+    for bad in ["stream", "Quorum", "true"] {
+        let m = match parse(&format!(
+            "{MINIMAL_RESTORE}restore:\n  convert_mirrored_queues: {bad}\n"
+        )) {
+            Err(Error::Serialization(m)) => m,
+            other => panic!("{bad}: {other:?}"),
+        };
+        assert!(
+            m.contains("convert_mirrored_queues") && m.contains("expected `quorum`"),
+            "{bad}: {m}"
+        );
+    }
 }
 
 #[test]

@@ -25,7 +25,7 @@ pub(crate) mod segments;
 mod target;
 
 use crate::amqp::ConnectOptions;
-use crate::broker::QueueType;
+use crate::broker::{BrokerVersion, QueueType};
 use crate::checkpoint::Checkpoints;
 use crate::config::RestoreEncryption;
 use crate::config::{Config, PublishMode, RestoreOptions, StreamOffsets, TargetConfig};
@@ -40,7 +40,9 @@ use crate::progress;
 use crate::spool::{spawn_named, SpoolDir};
 use crate::storage::Storage;
 use outgoing::Outgoing;
-use plan::{check_segments_exist, create_missing_queues, report_rerun, restore_key};
+use plan::{
+    check_segments_exist, create_missing_queues, mark_converted, report_rerun, restore_key,
+};
 pub use plan::{plan, QueueRestore, RestoreSummary};
 use publish::{settle, Publisher, QueueCheckpoint, RateLimiter};
 use raw_stream::StreamTarget;
@@ -122,15 +124,18 @@ fn run_job(
                         .map_err(|e| Error::Manifest(e.message().to_string()))
                     })
                     .transpose()?;
-                summary.definitions = Some(definitions::import(
+                let imported = definitions::import(
                     mgmt,
                     storage.as_ref(),
                     backup_id,
                     entry,
                     &dopts,
+                    target_version(mgmt)?,
                     keys,
                     rollback_to.as_ref(),
-                )?);
+                )?;
+                mark_converted(&mut summary.queues, &imported.converted);
+                summary.definitions = Some(imported);
             }
             (None, _) => {
                 log::warn!("backup {backup_id} holds no definitions: restore_definitions skipped")
@@ -280,6 +285,16 @@ fn run_job(
         )));
     }
     Ok(summary)
+}
+
+/// The target's RabbitMQ version (`rabbitmq_version` of `GET /api/overview`), which decides
+/// whether the definitions need migrating (`definitions::import`); `None` when the broker does
+/// not say or says something else than a version.
+///
+/// Errors: the management API's.
+fn target_version(mgmt: &ManagementClient) -> Result<Option<BrokerVersion>> {
+    let version = mgmt.overview()?.broker_version;
+    Ok(version.as_deref().and_then(BrokerVersion::parse))
 }
 
 fn management(

@@ -46,6 +46,9 @@ pub struct QueueRestore {
     pub target_vhost: String,
     pub target_queue: String,
     pub queue_type: Option<QueueType>,
+    /// A classic queue in the backup that the definitions import declares as a quorum queue
+    /// (`restore.convert_mirrored_queues`); `queue_type` is then `Quorum`.
+    pub converted_to_quorum: bool,
     /// The target is a stream (publish_mode `direct-to-queue`): headers a stream cannot
     /// store are refused before they are published.
     pub target_is_stream: bool,
@@ -148,6 +151,20 @@ pub fn plan(manifest: &Manifest, opts: &RestoreOptions) -> Vec<QueueRestore> {
         .collect()
 }
 
+/// Marks the queues of the plan that the definitions import converted to quorum queues
+/// (`converted`: (vhost, queue) as named in the backup): they are published to, and created by
+/// `create_missing_queues`, as quorum queues.
+pub(super) fn mark_converted(plan: &mut [QueueRestore], converted: &[(String, String)]) {
+    for q in plan.iter_mut().filter(|q| {
+        converted
+            .iter()
+            .any(|(v, n)| *v == q.source_vhost && *n == q.source_queue)
+    }) {
+        q.queue_type = Some(QueueType::Quorum);
+        q.converted_to_quorum = true;
+    }
+}
+
 /// Dry run: every segment the manifest lists must be in storage with its recorded size.
 pub(super) fn check_segments_exist(storage: &dyn Storage, manifest: &Manifest) -> Result<()> {
     for q in &manifest.queues {
@@ -168,7 +185,8 @@ pub(super) fn check_segments_exist(storage: &dyn Storage, manifest: &Manifest) -
 }
 
 /// Declares the target queues that do not exist yet, with the arguments of SPEC.md
-/// ("Created queue arguments when create_missing_queues applies").
+/// ("Created queue arguments when create_missing_queues applies"); a queue converted to a
+/// quorum queue ([`mark_converted`]) is declared a quorum queue.
 pub(super) fn create_missing_queues(mgmt: &ManagementClient, plan: &[QueueRestore]) -> Result<()> {
     for q in plan {
         match mgmt.get_queue(&q.target_vhost, &q.target_queue) {

@@ -70,3 +70,32 @@ fn only_a_leading_run_of_segments_is_skipped_whole() {
     };
     assert_eq!(segments_to_read(&segments, &windowed, 137).0.len(), 4);
 }
+
+/// A queue the definitions import converted (names as in the backup) is restored, and created
+/// by `create_missing_queues`, as a quorum queue; a queue of the same name in another vhost, or
+/// mapped from another source, is not.
+#[test]
+fn converted_queues_are_quorum_in_the_plan() {
+    let q = |vhost: &str, name: &str| QueueRestore {
+        source_vhost: vhost.into(),
+        source_queue: name.into(),
+        target_vhost: "mapped".into(),
+        target_queue: name.into(),
+        queue_type: Some(QueueType::Classic),
+        ..Default::default()
+    };
+    let mut queues = [q("v", "ha.orders"), q("w", "ha.orders"), q("v", "plain")];
+    plan::mark_converted(&mut queues, &[("v".into(), "ha.orders".into())]);
+    let types: Vec<(Option<QueueType>, bool)> = queues
+        .iter()
+        .map(|q| (q.queue_type, q.converted_to_quorum))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            (Some(QueueType::Quorum), true),
+            (Some(QueueType::Classic), false),
+            (Some(QueueType::Classic), false)
+        ]
+    );
+}

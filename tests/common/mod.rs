@@ -123,6 +123,17 @@ impl TestBroker {
         ManagementClient::new(&self.management_url(), "guest", "guest", None)
             .expect("management client")
     }
+
+    /// The percent-encoded AMQP URL of `vhost` on this broker.
+    pub fn amqp_url(&self, vhost: &str) -> String {
+        format!("{}/{}", self.amqp_base(), encode_vhost(vhost))
+    }
+
+    /// An AMQP connection to `vhost` on this broker.
+    pub fn connect(&self, vhost: &str) -> Connection {
+        let url = AmqpUrl::parse(&self.amqp_url(vhost)).expect("url");
+        Connection::open(&ConnectOptions::new(url)).expect("connect")
+    }
 }
 
 /// The broker under test: `RMQ_TEST_BROKER` (default `4.3`).
@@ -200,7 +211,12 @@ pub fn management() -> ManagementClient {
 
 /// The percent-encoded AMQP URL of a vhost.
 pub fn amqp_url(vhost: &str) -> String {
-    let enc: String = vhost
+    format!("{}/{}", amqp_base(), encode_vhost(vhost))
+}
+
+/// A vhost name as the path of an AMQP URL.
+fn encode_vhost(vhost: &str) -> String {
+    vhost
         .bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' {
@@ -209,8 +225,7 @@ pub fn amqp_url(vhost: &str) -> String {
                 format!("%{b:02X}")
             }
         })
-        .collect();
-    format!("{}/{enc}", amqp_base())
+        .collect()
 }
 
 /// `<pid>-<counter>-<epoch ms>`: unique per process, per call and per run, so that no two

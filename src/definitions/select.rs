@@ -1,179 +1,17 @@
-//! Broker definitions (topology): the export written by a backup and the import done by a
-//! restore (SPEC.md "Definitions file", "restore" options `restore_definitions`,
-//! `definitions_dry_run`, `definitions_selection`, storage layout `definitions/`).
-//!
-//! The file is the management API's `GET /api/definitions` JSON, compressed like the segments
-//! (`definitions/definitions.json<ext>`). On import the JSON is filtered by
-//! `definitions_selection` and renamed by `vhost_mapping`, `queue_mapping` and
-//! `exchange_mapping`, then posted to `POST /api/definitions`; before a full import the target's
-//! own definitions are saved to `definitions/rollback-before-import-<epoch ms><ext>`.
+//! Which definitions a restore imports and under which names: `definitions_selection`
+//! (SPEC.md "definitions_selection fields") and the `vhost_mapping`, `queue_mapping` and
+//! `exchange_mapping` renames (SPEC.md "restore").
 
 use crate::config::{DefinitionsSelection, RestoreOptions};
-use crate::encryption::{self, Identities, Recipients};
 use crate::error::{Error, Result};
-use crate::management::ManagementClient;
-use crate::manifest::DefinitionsBackup;
-use crate::segment::Compression;
-use crate::storage::Storage;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 
-/// Exports the source broker's definitions, stores them compressed under
-/// `{backup_id}/definitions/definitions.json<ext>` and returns the manifest entry. With
-/// `encrypt` (`backup.encryption`) the compressed file is stored encrypted, under
-/// `definitions.json<ext>.age` (`crate::encryption`).
-///
-/// Errors: management API errors, `Serialization error` when the export is not JSON,
-/// compression, encryption and storage errors.
-pub fn export(
-    mgmt: &ManagementClient,
-    storage: &dyn Storage,
-    backup_id: &str,
-    compression: Compression,
-    level: i32,
-    encrypt: Option<&Recipients>,
-) -> Result<DefinitionsBackup> {
-    let raw = mgmt.export_definitions()?;
-    let doc: Value = serde_json::from_slice(&raw)
-        .map_err(|e| Error::Serialization(format!("definitions export is not JSON: {e}")))?;
-    let count = |k: &str| doc.get(k).and_then(Value::as_array).map_or(0, Vec::len);
-    let ext = match encrypt {
-        Some(_) => format!("{}{}", compression.extension(), encryption::EXTENSION),
-        None => compression.extension().to_string(),
-    };
-    let key = crate::manifest::definitions_key(backup_id, &ext);
-    let compressed = compress(&raw, compression, level)?;
-    match encrypt {
-        Some(recipients) => storage.put_bytes(&key, &recipients.encrypt_bytes(&compressed)?)?,
-        None => storage.put_bytes(&key, &compressed)?,
-    }
-    log::info!(
-        "definitions: {} vhosts, {} queues, {} exchanges, {} bindings stored in {key}",
-        count("vhosts"),
-        count("queues"),
-        count("exchanges"),
-        count("bindings")
-    );
-    Ok(DefinitionsBackup {
-        key,
-        vhost_count: count("vhosts"),
-        queue_count: count("queues"),
-        exchange_count: count("exchanges"),
-        user_count: count("users"),
-        size_bytes: raw.len() as u64,
-        encryption: encrypt.map(|_| encryption::SCHEME.to_string()),
-    })
-}
-
-/// What an import did or, in a dry run, would do.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImportSummary {
-    pub vhosts: usize,
-    pub queues: usize,
-    pub exchanges: usize,
-    pub bindings: usize,
-    pub users: usize,
-    /// Key of the rollback snapshot written before the import, if any.
-    pub rollback_key: Option<String>,
-}
-
-/// The definitions JSON of a backup: fetched, decrypted with `keys` when stored encrypted
-/// (`entry.encryption`), decompressed.
-///
-/// Errors: the storage's; `Encryption error:` for an encrypted file without `keys`, with the
-/// wrong ones, or damaged; decompression errors.
-pub fn read_stored(
-    storage: &dyn Storage,
-    entry: &DefinitionsBackup,
-    keys: Option<&Identities>,
-) -> Result<Vec<u8>> {
-    let stored = storage.get_bytes(&entry.key)?;
-    let compressed = match entry.encryption.as_deref() {
-        None => stored,
-        Some(encryption::SCHEME) => keys
-            .ok_or_else(|| encryption::missing_identity(&entry.key))?
-            .decrypt_bytes(&stored, &entry.key)?,
-        Some(other) => {
-            return Err(Error::Encryption(format!(
-                "{} is stored with encryption {other:?}, which this version does not read",
-                entry.key
-            )))
-        }
-    };
-    decompress(&compressed, Compression::from_key(&entry.key))
-}
-
-/// Restores the definitions of a backup into the target broker (or, with
-/// `definitions_dry_run`, only checks them). `keys` decrypt an encrypted backup's file; the
-/// target's own definitions saved before the import are encrypted to `rollback_to` (the
-/// backup's recipients) when given.
-///
-/// Errors: a selected vhost, queue or exchange absent from the backup fails before anything is
-/// imported (`Configuration error`); storage, decryption, decompression and management API
-/// errors (`HTTP 500` when the broker refuses the definitions).
-pub fn import(
-    mgmt: &ManagementClient,
-    storage: &dyn Storage,
-    backup_id: &str,
-    entry: &DefinitionsBackup,
-    opts: &RestoreOptions,
-    keys: Option<&Identities>,
-    rollback_to: Option<&Recipients>,
-) -> Result<ImportSummary> {
-    let raw = read_stored(storage, entry, keys)?;
-    let doc: Value = serde_json::from_slice(&raw).map_err(|e| {
-        Error::Serialization(format!("definitions file {} is not JSON: {e}", entry.key))
-    })?;
-    let doc = select(doc, &opts.definitions_selection)?;
-    let doc = rename(doc, opts);
-    let mut summary = summarize(&doc);
-    if opts.definitions_dry_run {
-        log::info!("definitions dry run: {summary:?}; nothing imported");
-        return Ok(summary);
-    }
-    let compression = Compression::from_key(&entry.key);
-    let snapshot = mgmt.export_definitions()?;
-    let mut ext = compression.extension().to_string();
-    let mut stored = compress(&snapshot, compression, 3)?;
-    if let Some(recipients) = rollback_to {
-        ext.push_str(encryption::EXTENSION);
-        stored = recipients.encrypt_bytes(&stored)?;
-    }
-    let rollback_key = crate::manifest::rollback_definitions_key(backup_id, crate::now_ms(), &ext);
-    storage.put_bytes(&rollback_key, &stored)?;
-    log::info!("target definitions saved to {rollback_key} before the import");
-    let body =
-        serde_json::to_vec(&doc).map_err(|e| Error::Serialization(format!("definitions: {e}")))?;
-    mgmt.import_definitions(&body)?;
-    summary.rollback_key = Some(rollback_key);
-    log::info!(
-        "definitions imported: {} vhosts, {} queues, {} exchanges, {} bindings",
-        summary.vhosts,
-        summary.queues,
-        summary.exchanges,
-        summary.bindings
-    );
-    Ok(summary)
-}
-
-fn summarize(doc: &Value) -> ImportSummary {
-    let count = |k: &str| doc.get(k).and_then(Value::as_array).map_or(0, Vec::len);
-    ImportSummary {
-        vhosts: count("vhosts"),
-        queues: count("queues"),
-        exchanges: count("exchanges"),
-        bindings: count("bindings"),
-        users: count("users"),
-        rollback_key: None,
-    }
-}
-
-fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
+pub(super) fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
     v.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
-fn array_mut<'a>(doc: &'a mut Value, k: &str) -> Option<&'a mut Vec<Value>> {
+pub(super) fn array_mut<'a>(doc: &'a mut Value, k: &str) -> Option<&'a mut Vec<Value>> {
     doc.get_mut(k).and_then(Value::as_array_mut)
 }
 
@@ -333,66 +171,6 @@ pub fn rename(mut doc: Value, opts: &RestoreOptions) -> Value {
     doc
 }
 
-/// Compresses a whole buffer (definitions files; segments stream through `segment`).
-pub fn compress(data: &[u8], compression: Compression, level: i32) -> Result<Vec<u8>> {
-    let err = |e: std::io::Error| Error::Compression(format!("definitions: {e}"));
-    match compression {
-        Compression::None => Ok(data.to_vec()),
-        Compression::Zstd => zstd::encode_all(data, level).map_err(err),
-        Compression::Lz4 => {
-            let mut enc = lz4::EncoderBuilder::new().build(Vec::new()).map_err(err)?;
-            enc.write_all(data).map_err(err)?;
-            let (out, result) = enc.finish();
-            result.map_err(err)?;
-            Ok(out)
-        }
-    }
-}
-
-/// The largest definitions file a restore decompresses: 128 MiB, six times the largest
-/// request body the management API accepts by default (`management.http.max_body_size`,
-/// 20,000,000 bytes in RabbitMQ 3.10), so that a few KiB of zstd cannot make a restore inflate
-/// gigabytes.
-pub const DEFINITIONS_MAX_BYTES: u64 = 128 << 20;
-
-/// Decompresses a whole buffer written by [`compress`], at most [`DEFINITIONS_MAX_BYTES`].
-///
-/// Errors: `Compression error: definitions: ...` for a damaged buffer or one that inflates past
-/// the limit.
-pub fn decompress(data: &[u8], compression: Compression) -> Result<Vec<u8>> {
-    decompress_at_most(data, compression, DEFINITIONS_MAX_BYTES)
-}
-
-/// [`decompress`] with another limit, in bytes of output (the fuzz target's is smaller).
-pub fn decompress_at_most(data: &[u8], compression: Compression, max: u64) -> Result<Vec<u8>> {
-    let err = |e: std::io::Error| Error::Compression(format!("definitions: {e}"));
-    let mut out = Vec::new();
-    let read = match compression {
-        Compression::None => (&mut &data[..]).take(max + 1).read_to_end(&mut out),
-        Compression::Zstd => zstd::stream::read::Decoder::new(data)
-            .map_err(err)?
-            .take(max + 1)
-            .read_to_end(&mut out),
-        Compression::Lz4 => {
-            let mut dec = lz4::Decoder::new(data).map_err(err)?;
-            let read = dec.by_ref().take(max + 1).read_to_end(&mut out);
-            // A frame cut short reads as a clean end; only `finish` tells.
-            match (read, dec.finish().1) {
-                (Ok(n), Ok(())) => Ok(n),
-                (Err(e), _) | (Ok(_), Err(e)) if out.len() as u64 <= max => Err(e),
-                (read, _) => read,
-            }
-        }
-    };
-    read.map_err(err)?;
-    if out.len() as u64 > max {
-        return Err(Error::Compression(format!(
-            "definitions: more than {max} bytes once decompressed; refused"
-        )));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,49 +300,5 @@ mod tests {
         assert_eq!(str_field(&b[1], "source"), "x2-new");
         assert_eq!(str_field(&b[2], "destination"), "x2-new");
         assert_eq!(str_field(&b[3], "vhost"), "b");
-    }
-
-    #[test]
-    fn compression_round_trips() {
-        let data = serde_json::to_vec(&sample()).unwrap();
-        for c in [Compression::None, Compression::Zstd, Compression::Lz4] {
-            let packed = compress(&data, c, 3).unwrap();
-            assert_eq!(decompress(&packed, c).unwrap(), data, "{c:?}");
-        }
-        assert!(matches!(
-            decompress(b"garbage", Compression::Zstd),
-            Err(Error::Compression(_))
-        ));
-    }
-
-    #[test]
-    fn truncated_and_oversized_definitions_are_refused() {
-        let data = serde_json::to_vec(&sample()).unwrap();
-        for c in [Compression::Zstd, Compression::Lz4] {
-            let packed = compress(&data, c, 3).unwrap();
-            let cut = &packed[..packed.len() - 3];
-            assert!(
-                matches!(decompress(cut, c), Err(Error::Compression(_))),
-                "{c:?}: a cut buffer"
-            );
-        }
-        // A bomb: 1 MiB of zeros packs into a few hundred bytes.
-        let zeros = vec![0u8; 1 << 20];
-        for c in [Compression::None, Compression::Zstd, Compression::Lz4] {
-            let packed = compress(&zeros, c, 19).unwrap();
-            assert_eq!(
-                decompress_at_most(&packed, c, 1 << 20).unwrap().len(),
-                1 << 20,
-                "{c:?}: at the limit"
-            );
-            assert_eq!(
-                decompress_at_most(&packed, c, (1 << 20) - 1).unwrap_err(),
-                Error::Compression(format!(
-                    "definitions: more than {} bytes once decompressed; refused",
-                    (1 << 20) - 1
-                )),
-                "{c:?}: past the limit"
-            );
-        }
     }
 }
