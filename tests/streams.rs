@@ -64,6 +64,9 @@ fn read_stream_protocol(
         let c = parse_chunk(&chunk).expect("parse");
         for (offset, m) in (c.header.first_offset..).zip(c.messages()) {
             let at = Origin {
+                conversion: rmq_backup::stream::amqp10::Conversion::of_version(
+                    conn.server_version(),
+                ),
                 stream: name,
                 vhost,
                 offset,
@@ -77,13 +80,26 @@ fn read_stream_protocol(
     out
 }
 
+/// Properties as compared: [`comparable`], and on RabbitMQ 3.13+ delivery mode 1 as none. The
+/// broker stores a 0-9-1 delivery mode as the AMQP 1.0 header's `durable`, false for 1 and for
+/// none alike; a 0-9-1 consumer of the stream is given 1, a record holds none (what a 0-9-1
+/// publisher sends for a transient message; ARCHITECTURE.md "Format decisions"). A message
+/// without a header section (a stream-protocol publisher's) is given 2 before 4.2, none since.
+fn compared(p: &rmq_backup::amqp::BasicProperties) -> rmq_backup::amqp::BasicProperties {
+    let mut p = comparable(p, Headers::Sorted);
+    if broker().is_4x() && p.delivery_mode == Some(1) {
+        p.delivery_mode = None;
+    }
+    p
+}
+
 fn same(expected: &[Delivery], got: &[Delivery], what: &str) {
     assert_eq!(got.len(), expected.len(), "{what}: message count");
     for (i, (e, g)) in expected.iter().zip(got).enumerate() {
         assert_eq!(g.body, e.body, "{what}: body of message {i}");
         assert_eq!(
-            comparable(&g.properties, Headers::Sorted),
-            comparable(&e.properties, Headers::Sorted),
+            compared(&g.properties),
+            compared(&e.properties),
             "{what}: properties of message {i}"
         );
     }
@@ -396,6 +412,7 @@ fn native_messages(n: usize) -> Vec<Vec<u8>> {
                     (s("a-binary"), Value::Binary(vec![0, 1, 2, 255])),
                     (s("a-null"), Value::Null),
                 ],
+                header: None,
                 not_carried: None,
                 body: if i == 3 {
                     Vec::new()
@@ -487,23 +504,40 @@ fn a_0_9_1_read_of_a_stream_ends_at_the_true_end_of_a_large_last_chunk() {
     let publisher = sconn.declare_publisher(1, "big").expect("publisher");
     let n = 65_000usize;
     let pad = "x".repeat(1000);
-    let mut batch = Vec::new();
+    // RabbitMQ 4.x closes the connection on a frame over its frame_max (1 MiB by default;
+    // 3.10 took the whole batch in one frame): there the batch goes in sub-entry batches that
+    // fit a frame, sent without waiting, so the last chunk is smaller (the osiris writer
+    // gathers what arrives meanwhile).
+    let room = match sconn.frame_max() as usize {
+        0 => usize::MAX,
+        f => f - 64,
+    };
+    let mut batches: Vec<(u16, Vec<u8>)> = vec![(0, Vec::new())];
     for i in 0..n {
         let m = encode_message(&Message {
             properties: vec![],
             message_annotations: vec![],
             application_properties: vec![(Value::String("i".into()), Value::Long(i as i64))],
             body: format!("m{i}{pad}").into_bytes(),
+            header: None,
             not_carried: None,
         });
-        batch.extend_from_slice(&(m.len() as u32).to_be_bytes());
-        batch.extend_from_slice(&m);
+        let last = batches.last_mut().unwrap();
+        if last.1.len() + 4 + m.len() > room || last.0 == u16::MAX {
+            batches.push((0, Vec::new()));
+        }
+        let last = batches.last_mut().unwrap();
+        last.0 += 1;
+        last.1.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        last.1.extend_from_slice(&m);
     }
-    sconn
-        .publish_sub_batch(1, 0, 0, n as u16, batch.len() as u32, &batch)
-        .expect("publish the batch");
+    for (id, (count, batch)) in batches.iter().enumerate() {
+        sconn
+            .publish_sub_batch(1, id as u64, 0, *count, batch.len() as u32, batch)
+            .expect("publish the batch");
+    }
     publisher
-        .wait_confirms(1, Duration::from_secs(30))
+        .wait_confirms(batches.len(), Duration::from_secs(60))
         .expect("confirm");
     sconn.close().expect("close");
 
@@ -525,8 +559,10 @@ fn a_0_9_1_read_of_a_stream_ends_at_the_true_end_of_a_large_last_chunk() {
     let cfg = write_config(
         dir.path(),
         "b2.yaml",
-        &backup_yaml("big2", &v.name, dir.path(), "  stream_enabled: false")
-            .replace("source:\n", "source:\n  stream_port: 1\n"),
+        &backup_yaml("big2", &v.name, dir.path(), "  stream_enabled: false").replace(
+            &format!("stream_port: {}\n", stream_port()),
+            "stream_port: 1\n",
+        ),
     );
     let out = run_cli(&["backup", "--config", &cfg]);
     let (stdout, stderr) = text(&out);
@@ -593,4 +629,91 @@ fn offsets_no_message_takes_are_not_damage() {
         manifest(dir.path(), "many").queues[0].segments.len() > 3,
         "several segments"
     );
+}
+
+/// Issue 30 item 5: what a 0-9-1 consumer of a stream is given, what the backup's records hold
+/// and what a restore gives back (into a stream and into a classic queue) agree on every
+/// property and header, on every broker version: a header section (3.13+) is mapped, and no
+/// message published over 0-9-1 is stored whole. The messages carry what the 4.x conversion
+/// moves around: `x-` headers (tables and arrays among them, which 4.x keeps), `CC`, a
+/// `urn:uuid:` message-id, a reply-to that 4.2+ stores as a percent-encoded address.
+#[test]
+fn a_stream_restores_into_a_stream_and_a_classic_queue_as_a_consumer_saw_it() {
+    use rmq_backup::amqp::BasicProperties;
+    let v = TestVhost::new("streams-compare");
+    let conn = v.connect();
+    declare_stream(&conn, "events");
+    let mut msgs = stream_messages(24, 13);
+    for (i, m) in msgs.iter_mut().enumerate() {
+        if i % 4 == 1 {
+            let h = m.props.headers.get_or_insert_with(Vec::new);
+            h.push(("x-custom".into(), FieldValue::LongString(b"xc".to_vec())));
+            h.push((
+                "x-list".into(),
+                FieldValue::Array(vec![
+                    FieldValue::I32(1),
+                    FieldValue::LongString(b"two".to_vec()),
+                ]),
+            ));
+            h.push((
+                "x-table".into(),
+                FieldValue::Table(vec![("k".into(), FieldValue::I64(3))]),
+            ));
+        }
+    }
+    msgs.push(Msg {
+        props: BasicProperties {
+            message_id: Some("urn:uuid:6ba7b810-9dad-11d1-80b4-00c04fd430c8".into()),
+            reply_to: Some("replies q/1".into()),
+            delivery_mode: Some(2),
+            priority: Some(0),
+            expiration: Some("3600000".into()),
+            headers: Some(vec![(
+                "CC".into(),
+                FieldValue::Array(vec![FieldValue::LongString(b"nowhere".to_vec())]),
+            )]),
+            ..Default::default()
+        },
+        body: b"ids".to_vec(),
+    });
+    let ch = conn.open_channel().expect("channel");
+    publish(&ch, "events", &msgs);
+    ch.close().expect("close");
+    let seen = read_stream_091(&conn, "events", msgs.len());
+
+    let dir = TempDir::new("streams-compare");
+    let cfg = write_config(
+        dir.path(),
+        "backup.yaml",
+        &backup_yaml("c1", &v.name, dir.path(), "  stream_enabled: true"),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("stored whole"), "{stderr}");
+    let held = backed_up(dir.path(), "c1", "events");
+    same(&seen, &held, "records");
+    assert!(held
+        .iter()
+        .all(|d| d.properties.delivery_mode != Some(1) || !broker().is_4x()));
+
+    // Into a stream, over 0-9-1: a consumer is given the same; and into a classic queue.
+    let ch = conn.open_channel().expect("channel");
+    declare(&ch, "copy", "classic", FieldTable::new());
+    ch.close().expect("close");
+    let restore = |id: &str, mapping: &str| {
+        let body = format!(
+            "  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  queue_mapping:\n    events: {mapping}\n  vhost_mapping:\n    \"{0}\": \"{0}\"\n",
+            v.name
+        );
+        let cfg = write_config(dir.path(), id, &restore_yaml("c1", dir.path(), &body));
+        let out = run_cli(&["restore", "--config", &cfg]);
+        assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    };
+    restore("r-stream.yaml", "again");
+    let again = read_stream_091(&conn, "again", msgs.len());
+    same(&seen, &again, "restored into a stream");
+    restore("r-classic.yaml", "copy");
+    let copy = peek(&conn, "copy", msgs.len());
+    same(&seen, &copy, "restored into a classic queue");
 }

@@ -10,7 +10,7 @@
 use libfuzzer_sys::fuzz_target;
 use rmq_backup::record::{decode_record, encode_record, BackupHeaderValue};
 use rmq_backup::stream::amqp10::{
-    decode_message, encode_message, to_record, Message, Origin, Value, RAW_BODY_HEADER,
+    decode_message, encode_message, to_record, Conversion, Message, Origin, Value, RAW_BODY_HEADER,
     RAW_BODY_VALUE,
 };
 use rmq_backup::Error;
@@ -37,6 +37,7 @@ fn has_null_array(v: &Value) -> bool {
 
 fn message_has_null_array(m: &Message) -> bool {
     m.properties.iter().any(has_null_array)
+        || m.header.iter().flatten().any(has_null_array)
         || m.message_annotations
             .iter()
             .chain(m.application_properties.iter())
@@ -68,28 +69,36 @@ fuzz_target!(|data: &[u8]| {
             );
         }
     }
-    let at = Origin {
-        stream: "s",
-        vhost: "/",
-        offset: 7,
-        backed_up_at: 1_700_000_000_000,
-    };
-    let (record, why) = to_record(data, at);
-    assert_eq!(record.delivery_tag, 7);
-    if why.is_some() {
-        assert_eq!(record.body, data, "a message stored whole keeps its bytes");
-        assert_eq!(
-            record.headers,
-            vec![(
-                RAW_BODY_HEADER.to_string(),
-                BackupHeaderValue::LongString(RAW_BODY_VALUE.to_string())
-            )]
-        );
+    // Every broker's mapping: before 3.13, 3.13 to 4.1, 4.2 and later.
+    for conversion in [
+        Conversion::MsgRecord,
+        Conversion::Container,
+        Conversion::ContainerQueueAddresses,
+    ] {
+        let at = Origin {
+            conversion,
+            stream: "s",
+            vhost: "/",
+            offset: 7,
+            backed_up_at: 1_700_000_000_000,
+        };
+        let (record, why) = to_record(data, at);
+        assert_eq!(record.delivery_tag, 7);
+        if why.is_some() {
+            assert_eq!(record.body, data, "a message stored whole keeps its bytes");
+            assert_eq!(
+                record.headers,
+                vec![(
+                    RAW_BODY_HEADER.to_string(),
+                    BackupHeaderValue::LongString(RAW_BODY_VALUE.to_string())
+                )]
+            );
+        }
+        let mut json = Vec::new();
+        encode_record(&record, &mut json);
+        let back = decode_record(&json).unwrap_or_else(|e| panic!("{record:?}: {e}"));
+        let mut again = Vec::new();
+        encode_record(&back, &mut again);
+        assert_eq!(json, again);
     }
-    let mut json = Vec::new();
-    encode_record(&record, &mut json);
-    let back = decode_record(&json).unwrap_or_else(|e| panic!("{record:?}: {e}"));
-    let mut again = Vec::new();
-    encode_record(&back, &mut again);
-    assert_eq!(json, again);
 });

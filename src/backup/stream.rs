@@ -21,7 +21,7 @@ use crate::now_ms;
 use crate::progress;
 use crate::record::BackupRecord;
 use crate::spool::spawn_named;
-use crate::stream::amqp10::{to_record, Origin, RAW_BODY_HEADER};
+use crate::stream::amqp10::{to_record, Conversion, Origin, RAW_BODY_HEADER};
 use crate::stream::chunk::parse_chunk;
 use crate::stream::{OffsetSpec, StreamConnection};
 use crossbeam_channel::{bounded, Sender};
@@ -269,6 +269,8 @@ fn read_stream(
     } else {
         OffsetSpec::Offset(from)
     };
+    // The broker's version decides how its messages map to records (`stream::amqp10`).
+    let conversion = Conversion::of_version(conn.server_version());
     let sub = conn.subscribe(1, &q.name, spec, CREDIT)?;
     let mut next = from;
     let (mut read, mut last) = (0u64, None);
@@ -335,6 +337,7 @@ fn read_stream(
             let (rec, raw) = to_record(
                 &message,
                 Origin {
+                    conversion,
                     stream: &q.name,
                     vhost: &q.vhost,
                     offset,

@@ -15,8 +15,12 @@ use std::time::Duration;
 
 /// Longest wait for the confirms of one batch.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(120);
-/// Message bytes per publish frame (RabbitMQ's default stream `frame_max` is 1 MiB).
+/// Message bytes per publish frame at most (RabbitMQ's default stream `frame_max` is 1 MiB).
 const FRAME_BYTES: usize = 512 << 10;
+/// A publish frame's bytes besides its messages: size, key, version, publisher id, count.
+const FRAME_OVERHEAD: usize = 4 + 2 + 2 + 1 + 4;
+/// Each message's bytes in a publish frame besides its own: publishing id and size.
+const MESSAGE_OVERHEAD: usize = 8 + 4;
 
 /// True when `record` holds a whole AMQP 1.0 message as its body.
 pub(super) fn is_raw(record: &BackupRecord) -> bool {
@@ -67,11 +71,28 @@ impl StreamTarget {
         let Some((conn, publisher)) = self.open.as_ref() else {
             return Ok(());
         };
+        // RabbitMQ 4.x closes the connection on a frame over its frame_max (3.10 took one).
+        let limit = match conn.frame_max() as usize {
+            0 => usize::MAX,
+            n => n,
+        };
         let mut frame: Vec<(u64, &[u8])> = Vec::new();
         let mut bytes = 0usize;
         let mut sent = 0usize;
         for m in messages {
-            if !frame.is_empty() && bytes + m.len() > FRAME_BYTES {
+            if FRAME_OVERHEAD + MESSAGE_OVERHEAD + m.len() > limit {
+                return Err(Error::Stream(format!(
+                    "stream {} in vhost {}: a message stored whole of {} bytes does not fit in a publish frame of {} (the broker's stream frame_max, stream.frame_max)",
+                    self.stream,
+                    self.options.vhost,
+                    m.len(),
+                    limit
+                )));
+            }
+            let framed = bytes + (frame.len() + 1) * MESSAGE_OVERHEAD + m.len();
+            if !frame.is_empty()
+                && (bytes + m.len() > FRAME_BYTES || FRAME_OVERHEAD + framed > limit)
+            {
                 conn.publish(publisher.id, &frame)?;
                 sent += frame.len();
                 frame.clear();

@@ -7,18 +7,20 @@
 //! once, and no input decodes to more values than it has bytes. [`decode_message`] reads the
 //! sections a record can carry and steps over the others without decoding them.
 //! [`record::to_record`] (re-exported here) makes the record: a message that RabbitMQ's own
-//! conversion of an AMQP 0-9-1 message could have produced is mapped the way RabbitMQ maps it
-//! for a 0-9-1 reader (`rabbit_msg_record`, 3.10), so that a restore publishes it back
-//! unchanged; any other message (an `amqp-value` or `amqp-sequence` body, several `data`
+//! conversion of an AMQP 0-9-1 message could have produced is mapped the way the broker maps
+//! it for a 0-9-1 reader (`rabbit_msg_record` before 3.13, message containers since: the
+//! broker's version decides, [`Conversion`]), so that a restore publishes it back unchanged;
+//! any other message (an `amqp-value` or `amqp-sequence` body, several `data`
 //! sections, a `subject`, a symbol-typed header, bytes that do not decode...) is stored as
 //! its encoded bytes, whole, with the header [`RAW_BODY_HEADER`] (README "Streams").
 
 use crate::error::{Error, Result};
 
+mod container;
 mod encode;
 mod record;
 pub use encode::{encode_message, encode_value};
-pub use record::{to_record, Origin, RAW_BODY_HEADER, RAW_BODY_VALUE};
+pub use record::{to_record, Conversion, Origin, RAW_BODY_HEADER, RAW_BODY_VALUE};
 
 /// An AMQP 1.0 value.
 #[derive(Debug, Clone, PartialEq)]
@@ -295,6 +297,10 @@ fn with_code(i: &mut Input, code: u8, depth: usize) -> Result<Value> {
 /// The sections of a message that a record can carry (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Message {
+    /// header section (AMQP 1.0 part 3, 3.2.1: durable, priority, ttl, first-acquirer,
+    /// delivery-count), when the message has one: its fields, absent ones as `Null`.
+    /// RabbitMQ 3.13 and later write one into every message published over AMQP 0-9-1.
+    pub header: Option<Vec<Value>>,
     /// properties section: the 13 fields, absent ones as `Null`.
     pub properties: Vec<Value>,
     /// message-annotations, in order.
@@ -370,8 +376,8 @@ fn skip_value(i: &mut Input, depth: usize) -> Result<()> {
     Ok(())
 }
 
-/// Decodes the sections of one AMQP 1.0 message that a record can carry (properties, message
-/// annotations, application properties, one `data` section) and steps over the others
+/// Decodes the sections of one AMQP 1.0 message that a record can carry (header, properties,
+/// message annotations, application properties, one `data` section) and steps over the others
 /// without decoding them, noting in [`Message::not_carried`] that they are there.
 ///
 /// Errors: `Error::Serialization` for bytes that are not a sequence of described sections
@@ -393,9 +399,10 @@ pub fn decode_message(b: &[u8]) -> Result<Message> {
             seen.push(c);
         }
         match code.filter(|_| !repeated) {
-            Some(0x72..=0x75) => {
+            Some(0x70 | 0x72..=0x75) => {
                 let v = value(&mut i, 1)?;
                 match (code, v) {
+                    (Some(0x70), Value::List(fields)) => m.header = Some(fields),
                     (Some(0x73), Value::List(fields)) => m.properties = fields,
                     (Some(0x72), Value::Map(pairs)) => m.message_annotations = pairs,
                     (Some(0x74), Value::Map(pairs)) => m.application_properties = pairs,
@@ -443,5 +450,7 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+#[cfg(test)]
+mod container_tests;
 #[cfg(test)]
 mod tests;

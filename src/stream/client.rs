@@ -30,6 +30,8 @@ pub struct StreamConnection {
     next_correlation: AtomicU32,
     rpc_timeout: Duration,
     endpoint: String,
+    frame_max: u32,
+    server_version: String,
     reader: Option<std::thread::JoinHandle<()>>,
     socket: Transport,
 }
@@ -110,7 +112,9 @@ impl StreamConnection {
     /// `Authentication error: ...` for refused credentials (the password is never printed);
     /// `Stream protocol error: ...` for a refused vhost or a broker without PLAIN.
     pub fn open(o: &StreamOptions) -> Result<StreamConnection> {
-        let (io, endpoint, heartbeat) = handshake(o)?;
+        let (io, agreed) = handshake(o)?;
+        let endpoint = agreed.endpoint;
+        let heartbeat = agreed.heartbeat;
 
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
@@ -149,6 +153,8 @@ impl StreamConnection {
             next_correlation: AtomicU32::new(100),
             rpc_timeout: o.rpc_timeout,
             endpoint,
+            frame_max: agreed.frame_max,
+            server_version: agreed.server_version,
             reader: Some(reader),
             socket,
         })
@@ -157,6 +163,17 @@ impl StreamConnection {
     /// `host:port` of the connection.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The broker's version from the handshake's peer properties (e.g. `4.3.6`; empty when
+    /// it sent none).
+    pub fn server_version(&self) -> &str {
+        &self.server_version
+    }
+
+    /// The largest frame the broker accepts, bytes (0 = no limit): what it proposed in Tune.
+    pub fn frame_max(&self) -> u32 {
+        self.frame_max
     }
 
     fn closed_reason(&self) -> Option<String> {

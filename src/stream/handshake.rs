@@ -183,13 +183,35 @@ pub(super) fn stream_refused(what: &str, code: u16, endpoint: &str) -> Error {
     ))
 }
 
-/// Connects to `o.host:o.port` and logs in; returns the socket, `host:port`, and the
-/// heartbeat interval agreed (seconds, 0 = none).
+/// What the handshake agreed.
+pub(super) struct Agreed {
+    /// `host:port`.
+    pub endpoint: String,
+    /// Heartbeat interval, seconds (0 = none).
+    pub heartbeat: u32,
+    /// Largest frame the broker accepts, bytes (its Tune proposal, which the client takes;
+    /// 0 = no limit). RabbitMQ's default `stream.frame_max` is 1 MiB, and 4.x closes the
+    /// connection on a larger frame ("frame too large"; 3.10 accepted one).
+    pub frame_max: u32,
+    /// The broker's version, from its peer properties (`version`, e.g. `4.3.6`); empty when
+    /// it sent none.
+    pub server_version: String,
+}
+
+/// Connects to `o.host:o.port` and logs in; returns the socket and what was agreed.
+///
+/// No ExchangeCommandVersions (command 27, PROTOCOL.adoc) is sent: RabbitMQ 3.10 closes the
+/// connection on it, and where it is known (3.11 and later, `rabbit_stream_utils:
+/// command_versions/0`, 4.3: every command at version 1 but publish 1-2, and the broker's
+/// Deliver 2 for a client that asks) the only later versions are Publish 2 (a filter value per
+/// message, for stream filtering) and Deliver 2 (each chunk's committed offset): the tool
+/// writes no filter values and finds a stream's end from its last chunk (`offsets.rs`), so the
+/// exchange would bring it nothing on any version.
 ///
 /// Errors: `Connection error: ...` when the port cannot be reached or the connection drops;
 /// `Authentication error: ...` for refused credentials (the password is never printed);
 /// `Stream protocol error: ...` for a refused vhost or a broker without PLAIN.
-pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
+pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, Agreed)> {
     let endpoint = format!("{}:{}", o.host, o.port);
     let io = Transport::connect_tcp(&o.host, o.port, o.connect_timeout)
         .map_err(|e| Error::Connection(format!("cannot reach the stream port {endpoint}: {e}")))?;
@@ -222,6 +244,13 @@ pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
     let (_, mut c) = open_frame(&f)?;
     let _ = c.u32()?;
     expect_ok(response_code(&mut c)?, "peer properties", &endpoint)?;
+    let server_version = c
+        .string_map()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(k, _)| k == "version")
+        .map(|(_, v)| v)
+        .unwrap_or_default();
 
     send(&mut io, FrameBuf::new(key::SASL_HANDSHAKE).u32(2).finish())?;
     let f = handshake_response(&mut io, key::SASL_HANDSHAKE, 2, &endpoint, deadline)?;
@@ -309,13 +338,21 @@ pub(super) fn handshake(o: &StreamOptions) -> Result<(Transport, String, u32)> {
         }
     }
     log::debug!(
-            "stream connection to {endpoint} open (vhost {}, frame max {frame_max}, heartbeat {heartbeat} s)",
+            "stream connection to {endpoint} open (vhost {}, frame max {frame_max}, heartbeat {heartbeat} s, broker version {server_version})",
             o.vhost
         );
     io.set_read_timeout(Some(o.rpc_timeout))
         .map_err(|e| Error::Connection(format!("stream connection to {endpoint}: {e}")))?;
 
-    Ok((io, endpoint, heartbeat))
+    Ok((
+        io,
+        Agreed {
+            endpoint,
+            heartbeat,
+            frame_max,
+            server_version,
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -1104,3 +1104,10 @@ pub fn wait_line(rx: &std::sync::mpsc::Receiver<String>, needle: &str) -> String
         seen.join("\n")
     );
 }
+
+/// How the test broker converts stream messages for AMQP 0-9-1 (its version), for records
+/// made with `rmq_backup::stream::amqp10::to_record`.
+pub fn conversion() -> rmq_backup::stream::amqp10::Conversion {
+    let (major, minor) = broker().version;
+    rmq_backup::stream::amqp10::Conversion::of_version(&format!("{major}.{minor}"))
+}

@@ -144,10 +144,13 @@ fn section(out: &mut Vec<u8>, code: u64, v: &Value) {
     );
 }
 
-/// The sections of `m`: message annotations, properties, application properties (each when
-/// not empty) and the body as one `data` section.
+/// The sections of `m`: header (when it has one), message annotations, properties,
+/// application properties (each when not empty) and the body as one `data` section.
 pub fn encode_message(m: &Message) -> Vec<u8> {
     let mut out = Vec::with_capacity(m.body.len() + 256);
+    if let Some(header) = &m.header {
+        section(&mut out, 0x70, &Value::List(header.clone()));
+    }
     if !m.message_annotations.is_empty() {
         section(&mut out, 0x72, &Value::Map(m.message_annotations.clone()));
     }

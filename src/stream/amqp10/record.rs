@@ -1,10 +1,11 @@
-//! A stream message as a [`BackupRecord`]: mapped the way RabbitMQ maps it for an AMQP 0-9-1
-//! reader when that loses nothing, else stored whole as its encoded bytes.
+//! A stream message as a [`BackupRecord`]: mapped the way the broker that holds the stream
+//! maps it for an AMQP 0-9-1 reader when that loses nothing, else stored whole as its encoded
+//! bytes. Which mapping is the broker's [`Conversion`], told by its version.
 //!
-//! RabbitMQ 3.10 stores a message published over 0-9-1 into a stream as AMQP 1.0 sections
-//! (`rabbit_msg_record:from_amqp091`), and gives it back to a 0-9-1 reader with
-//! `to_amqp091`. A message a record maps is one `from_amqp091` could have written, so that a
-//! restore, which publishes over 0-9-1, stores the same sections again:
+//! RabbitMQ before 3.13 ([`Conversion::MsgRecord`]) stores a message published over 0-9-1
+//! into a stream as AMQP 1.0 sections (`rabbit_msg_record:from_amqp091`), and gives it back to
+//! a 0-9-1 reader with `to_amqp091`. A message a record maps is one `from_amqp091` could have
+//! written, so that a restore, which publishes over 0-9-1, stores the same sections again:
 //! - message annotations `x-basic-priority` and `x-basic-delivery-mode` (ubyte),
 //!   `x-basic-expiration` (string), and `x-exchange` / `x-routing-key` (the stream queue's
 //!   own, which the target writes again on restore; SPEC.md "Segment file": a stream record's
@@ -18,12 +19,15 @@
 //!   in whole seconds, null);
 //! - exactly one `data` section, the body.
 //!
-//! Anything else (an `amqp-value` or `amqp-sequence` body, several or no `data` sections, a
-//! header section, delivery annotations, a footer, `to` or `subject`, a ulong message-id, a
-//! symbol or list header, bytes that do not decode ...) would be changed or lost by that
-//! mapping: such a message is stored as a record whose body is the message's encoded bytes,
-//! whole, with the single header [`RAW_BODY_HEADER`] = [`RAW_BODY_VALUE`] and no properties.
-//! A restore into a stream publishes those bytes back over the stream protocol, unchanged.
+//! RabbitMQ 3.13 and later (message containers, [`Conversion::Container`]) write a header
+//! section and map differently: `super::container` says how.
+//!
+//! Anything else (an `amqp-value` or `amqp-sequence` body, several or no `data` sections,
+//! delivery annotations, a footer, `to` or `subject`, a ulong message-id, a symbol or list
+//! header, bytes that do not decode ...) would be changed or lost by that mapping: such a
+//! message is stored as a record whose body is the message's encoded bytes, whole, with the
+//! single header [`RAW_BODY_HEADER`] = [`RAW_BODY_VALUE`] and no properties. A restore into a
+//! stream publishes those bytes back over the stream protocol, unchanged.
 
 use super::{decode_message, type_name, Message, Value};
 use crate::record::{BackupHeaderValue, BackupProperties, BackupRecord};
@@ -33,9 +37,42 @@ pub const RAW_BODY_HEADER: &str = "x-rmq-backup-body";
 /// Its value (a long string).
 pub const RAW_BODY_VALUE: &str = "amqp-1.0-message";
 
+/// How the broker converts a stream's AMQP 1.0 messages for an AMQP 0-9-1 reader, and an
+/// AMQP 0-9-1 publish into them: the record mapping follows it (module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conversion {
+    /// RabbitMQ before 3.13: `rabbit_msg_record` (no header section, `x-basic-*`
+    /// annotations).
+    MsgRecord,
+    /// RabbitMQ 3.13 to 4.1: message containers (`mc_amqpl`): a header section, `x-` headers
+    /// as message annotations, `app_id` as group-id.
+    Container,
+    /// RabbitMQ 4.2 and later: as [`Conversion::Container`], and a reply-to stored as the
+    /// address `/queues/<name>` (percent-encoded); a message without a header section is
+    /// transient (before 4.2: durable).
+    ContainerQueueAddresses,
+}
+
+impl Conversion {
+    /// The conversion of a broker of `version` (the stream protocol's peer property, e.g.
+    /// `4.3.6`; `3.10.8`). A version that does not parse is taken for a current broker.
+    pub fn of_version(version: &str) -> Conversion {
+        let mut parts = version
+            .split(['.', '-', '+'])
+            .map(|p| p.parse::<u32>().ok());
+        match (parts.next().flatten(), parts.next().flatten()) {
+            (Some(major), Some(minor)) if (major, minor) < (3, 13) => Conversion::MsgRecord,
+            (Some(major), Some(minor)) if (major, minor) < (4, 2) => Conversion::Container,
+            _ => Conversion::ContainerQueueAddresses,
+        }
+    }
+}
+
 /// Where a stream message was read: the record's source and offset.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
+    /// How the broker that holds the stream converts its messages.
+    pub conversion: Conversion,
     pub stream: &'a str,
     pub vhost: &'a str,
     /// The message's offset in the stream: the record's `delivery_tag` (SPEC.md "Segment
@@ -51,9 +88,14 @@ pub struct Origin<'a> {
 pub fn to_record(bytes: &[u8], at: Origin) -> (BackupRecord, Option<String>) {
     let mapped = decode_message(bytes)
         .map_err(|e| e.message().to_string())
-        .and_then(|m| match m.not_carried.clone() {
-            Some(why) => Err(why),
-            None => map(m, at),
+        .and_then(|m| match (m.not_carried.clone(), at.conversion) {
+            (Some(why), _) => Err(why),
+            (None, Conversion::MsgRecord) => map(m, at),
+            (None, c) => {
+                let (properties, headers) =
+                    super::container::map(&m, c == Conversion::ContainerQueueAddresses)?;
+                Ok(record(m.body, properties, headers, at))
+            }
         });
     match mapped {
         Ok(record) => (record, None),
@@ -80,10 +122,10 @@ fn raw(bytes: &[u8], at: Origin) -> BackupRecord {
     }
 }
 
-type Mapped<T> = std::result::Result<T, String>;
+pub(super) type Mapped<T> = std::result::Result<T, String>;
 
 /// A string of at most 255 bytes (a 0-9-1 short string).
-fn short_string(v: &Value, what: &str) -> Mapped<String> {
+pub(super) fn short_string(v: &Value, what: &str) -> Mapped<String> {
     match v {
         Value::String(s) if s.len() <= 255 => Ok(s.clone()),
         other => Err(format!(
@@ -93,7 +135,7 @@ fn short_string(v: &Value, what: &str) -> Mapped<String> {
     }
 }
 
-fn symbol(v: &Value, what: &str) -> Mapped<String> {
+pub(super) fn symbol(v: &Value, what: &str) -> Mapped<String> {
     match v {
         Value::Symbol(s) if s.len() <= 255 => Ok(s.clone()),
         other => Err(format!(
@@ -103,7 +145,7 @@ fn symbol(v: &Value, what: &str) -> Mapped<String> {
     }
 }
 
-fn describe(v: &Value) -> String {
+pub(super) fn describe(v: &Value) -> String {
     match v {
         Value::String(s) | Value::Symbol(s) if s.len() > 255 => {
             format!("{} of {} bytes", type_name(v), s.len())
@@ -113,7 +155,7 @@ fn describe(v: &Value) -> String {
 }
 
 /// Epoch ms as 0-9-1 seconds, when no precision is lost.
-fn whole_seconds(ms: i64, what: &str) -> Mapped<i64> {
+pub(super) fn whole_seconds(ms: i64, what: &str) -> Mapped<i64> {
     if ms >= 0 && ms % 1000 == 0 {
         Ok(ms / 1000)
     } else {
@@ -158,8 +200,33 @@ fn header_value(v: &Value) -> Mapped<BackupHeaderValue> {
     })
 }
 
-/// The mapping of the module documentation; `Err(why)` when it would change or lose something.
+/// A mapped record.
+fn record(
+    body: Vec<u8>,
+    properties: BackupProperties,
+    headers: Vec<(String, BackupHeaderValue)>,
+    at: Origin,
+) -> BackupRecord {
+    BackupRecord {
+        body,
+        properties,
+        headers,
+        exchange: String::new(),
+        routing_key: String::new(),
+        delivery_tag: at.offset,
+        redelivered: false,
+        backed_up_at: at.backed_up_at,
+        source_queue: at.stream.to_string(),
+        source_vhost: at.vhost.to_string(),
+    }
+}
+
+/// The mapping of RabbitMQ before 3.13 (module documentation); `Err(why)` when it would
+/// change or lose something.
 fn map(m: Message, at: Origin) -> Mapped<BackupRecord> {
+    if m.header.is_some() {
+        return Err("a header section".to_string());
+    }
     let mut properties = BackupProperties::default();
     if m.properties.len() > 13 {
         return Err(format!(
@@ -264,16 +331,5 @@ fn map(m: Message, at: Origin) -> Mapped<BackupRecord> {
             }
         }
     }
-    Ok(BackupRecord {
-        body: m.body,
-        properties,
-        headers,
-        exchange: String::new(),
-        routing_key: String::new(),
-        delivery_tag: at.offset,
-        redelivered: false,
-        backed_up_at: at.backed_up_at,
-        source_queue: at.stream.to_string(),
-        source_vhost: at.vhost.to_string(),
-    })
+    Ok(record(m.body, properties, headers, at))
 }

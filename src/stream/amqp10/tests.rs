@@ -119,6 +119,7 @@ fn sample_message() -> Vec<u8> {
 
 fn at(offset: u64) -> Origin<'static> {
     Origin {
+        conversion: Conversion::MsgRecord,
         stream: "events",
         vhost: "/",
         offset,
@@ -501,6 +502,7 @@ fn an_encoded_message_decodes_to_the_same_sections() {
             Value::Null,
             Value::String("subject".into()),
         ],
+        header: None,
         not_carried: None,
         message_annotations: vec![(
             Value::Symbol("x-routing-key".into()),
@@ -533,6 +535,7 @@ fn a_captured_chunk_decodes_to_the_published_message() {
     let (rec, raw) = to_record(
         &message,
         Origin {
+            conversion: Conversion::MsgRecord,
             stream: "cap",
             vhost: "v",
             offset: 0,
