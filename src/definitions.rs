@@ -106,8 +106,9 @@ pub fn read_stored(
 
 /// Restores the definitions of a backup into the target broker (or, with
 /// `definitions_dry_run`, only checks them). `keys` decrypt an encrypted backup's file; the
-/// target's own definitions saved before the import are encrypted to `rollback_to` (the
-/// backup's recipients) when given.
+/// target's own definitions (password hashes) saved before the import are encrypted to
+/// `rollback_to` when given: the restorer's own identity (`Identities::recipients`), never the
+/// recipients `manifest.json` lists, which nothing authenticates.
 ///
 /// Errors: a selected vhost, queue or exchange absent from the backup fails before anything is
 /// imported (`Configuration error`); storage, decryption, decompression and management API

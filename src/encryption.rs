@@ -41,6 +41,10 @@ pub const IDENTITY_ENV: &str = "RMQ_BACKUP_AGE_IDENTITY";
 /// Buffer size of the file copies, bytes.
 const IO_BUF: usize = 256 * 1024;
 
+/// How every age v1 file starts (<https://age-encryption.org/v1>, "Header"): the version line
+/// of the binary (not armored) format this tool writes.
+pub const MAGIC: &[u8] = b"age-encryption.org/v1\n";
+
 /// The manifest's top-level `encryption` object (absent in an unencrypted backup): the scheme
 /// and the public keys the backup was encrypted to. Never a secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +111,14 @@ impl Recipients {
     /// The public keys, `age1...`.
     pub fn public_keys(&self) -> Vec<String> {
         self.keys.iter().map(|k| k.to_string()).collect()
+    }
+
+    /// Whether `keys` (public keys as a manifest records them) are exactly these recipients,
+    /// in any order: a segment encrypted to them can be read by these recipients and by no
+    /// one else.
+    pub fn same_as(&self, keys: &[String]) -> bool {
+        let mine = self.public_keys();
+        mine.iter().all(|k| keys.contains(k)) && keys.iter().all(|k| mine.contains(k))
     }
 
     fn encryptor(&self) -> Result<age::Encryptor> {
@@ -259,30 +271,24 @@ impl Identities {
             .collect()
     }
 
-    /// Recipients made of these identities' public keys.
+    /// Recipients made of these identities' public keys: what the reader itself can decrypt
+    /// (the restore's snapshot of the target's definitions is encrypted to them).
     pub fn recipients(&self) -> Recipients {
         Recipients {
             keys: self.keys.iter().map(|k| k.to_public()).collect(),
         }
     }
 
-    /// Checks, before anything is read, that one of these identities is one of the
-    /// recipients `info` lists for backup `backup_id`.
-    ///
-    /// Errors: `Encryption error: none of the identities in {source} ... is a recipient of
-    /// backup {id} ...` (a wrong key), or an unknown scheme.
-    pub fn check_recipient_of(&self, info: &EncryptionInfo, backup_id: &str) -> Result<()> {
-        check_scheme(info, backup_id)?;
-        let mine = self.public_keys();
-        if info.recipients.iter().any(|r| mine.contains(r)) {
-            return Ok(());
-        }
-        Err(Error::Encryption(format!(
-            "none of the identities in {} (public keys {}) is a recipient of backup {backup_id} (encrypted to {}): wrong identity",
-            self.source,
-            mine.join(", "),
-            info.recipients.join(", ")
-        )))
+    /// Where these identities came from (a field and path, or [`IDENTITY_ENV`]).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether one of these identities opens a file encrypted to `recipients` (public keys,
+    /// `age1...`): an X25519 identity opens what was encrypted to its own public key, which is
+    /// derived from it, and nothing else.
+    pub fn opens(&self, recipients: &[String]) -> bool {
+        self.public_keys().iter().any(|k| recipients.contains(k))
     }
 
     /// Decrypts the age file `sealed` into a new file `plain`; `what` names it for messages
@@ -430,7 +436,7 @@ mod tests {
             ids.decrypt_bytes(&sealed, "d").unwrap(),
             b"hello definitions"
         );
-        ids.check_recipient_of(&r.info(), "b").unwrap();
+        assert!(ids.opens(&r.info().recipients));
 
         let (other, _) = generate();
         let wrong = Identities::parse(&other, "other").unwrap();
@@ -441,8 +447,7 @@ mod tests {
             "{e}"
         );
         assert!(!e.to_string().contains(&other));
-        let e = wrong.check_recipient_of(&r.info(), "b").unwrap_err();
-        assert!(e.to_string().contains("wrong identity"), "{e}");
+        assert!(!wrong.opens(&r.info().recipients));
 
         let mut flipped = sealed.clone();
         let last = flipped.len() - 3;
@@ -461,6 +466,38 @@ mod tests {
                 .starts_with("Configuration error: backup.encryption.recipients entry 1 is not"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn keys_compare_as_sets() {
+        let (_, a) = generate();
+        let (_, b) = generate();
+        let ab = Recipients::parse([a.as_str(), b.as_str()], "r").unwrap();
+        assert!(ab.same_as(&[b.clone(), a.clone()]));
+        assert!(!ab.same_as(std::slice::from_ref(&a)));
+        assert!(!ab.same_as(&[a.clone(), b.clone(), "age1other".into()]));
+        let only_a = Recipients::parse([a.as_str()], "r").unwrap();
+        assert!(only_a.same_as(std::slice::from_ref(&a)));
+        assert!(!only_a.same_as(&[]));
+    }
+
+    #[test]
+    fn an_identity_opens_what_was_encrypted_to_its_public_key() {
+        let (s1, p1) = generate();
+        let (s2, p2) = generate();
+        let (_, p3) = generate();
+        // Two identities, a comment and blank lines.
+        let ids = Identities::parse(&format!("# one\n{s1}\n\n  {s2}  \n"), "f").unwrap();
+        assert_eq!(ids.public_keys(), [p1.clone(), p2.clone()]);
+        assert_eq!(ids.recipients().public_keys(), [p1.clone(), p2.clone()]);
+        assert!(ids.opens(&[p3.clone(), p2.clone()]));
+        assert!(!ids.opens(std::slice::from_ref(&p3)));
+        assert!(!ids.opens(&[]));
+        assert_eq!(ids.source(), "f");
+        // What the derived recipients encrypt, these identities decrypt.
+        let sealed = ids.recipients().encrypt_bytes(b"snapshot").unwrap();
+        let second = Identities::parse(&s2, "g").unwrap();
+        assert_eq!(second.decrypt_bytes(&sealed, "s").unwrap(), b"snapshot");
     }
 
     #[test]
