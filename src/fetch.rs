@@ -378,6 +378,93 @@ mod tests {
     }
 
     #[test]
+    fn what_a_reader_reads_decides() {
+        use crate::manifest::{DefinitionsBackup, QueueBackup};
+        let (keys, mine) = ids();
+        let (_, other) = encryption::generate();
+        let seg = |n: u64, to: Option<&str>| SegmentMetadata {
+            encryption: to.map(|_| encryption::SCHEME.to_string()),
+            recipients: to.map(|k| vec![k.to_string()]),
+            ..SegmentMetadata::example(format!("b1/queues/v/q{n}/segment-0001.zst.age"), 1, 1)
+        };
+        let queue = |n: u64, to: Option<&str>| {
+            QueueBackup::from_segments(
+                "v",
+                &format!("q{n}"),
+                crate::broker::QueueType::Classic,
+                vec![seg(n, to)],
+            )
+        };
+        // Unencrypted: nothing needed, whatever is given.
+        let mut m = Manifest::new("b1", 0);
+        m.queues = vec![queue(1, None)];
+        let all = |m: &Manifest| {
+            m.queues
+                .iter()
+                .flat_map(|q| &q.segments)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert!(check_readable(&m, None, &all(&m), true).is_ok());
+        assert!(check_readable(&m, Some(&keys), &all(&m), true).is_ok());
+        // Encrypted (even with the top-level entry stripped): an identity is needed.
+        m.queues = vec![queue(1, Some(&mine)), queue(2, Some(&other))];
+        let e = check_readable(&m, None, &all(&m), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("is encrypted (age) and no identity was given"),
+            "{e}"
+        );
+        // Only what is read counts: queue 1 alone opens, both do not.
+        assert!(check_readable(&m, Some(&keys), &m.queues[0].segments, false).is_ok());
+        let e = check_readable(&m, Some(&keys), &all(&m), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot open 1 of the 2") && e.contains("q2/"),
+            "{e}"
+        );
+        // The definitions, when read, by the top-level list; in clear they are refused.
+        m.queues.truncate(1);
+        m.encryption = Some(encryption::EncryptionInfo {
+            scheme: encryption::SCHEME.into(),
+            recipients: vec![other.clone()],
+        });
+        m.definitions = Some(DefinitionsBackup {
+            key: "b1/definitions/definitions.json.zst.age".into(),
+            vhost_count: 1,
+            queue_count: 1,
+            exchange_count: 0,
+            user_count: 0,
+            size_bytes: 1,
+            encryption: Some(encryption::SCHEME.into()),
+        });
+        assert!(check_readable(&m, Some(&keys), &all(&m), false).is_ok());
+        let e = check_readable(&m, Some(&keys), &all(&m), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot open 1 of the 2") && e.contains("definitions.json"),
+            "{e}"
+        );
+        m.definitions.as_mut().unwrap().encryption = None;
+        let e = check_readable(&m, Some(&keys), &all(&m), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("1 file(s) it lists are stored unencrypted: b1/definitions/"),
+            "{e}"
+        );
+        // An unknown top-level scheme.
+        m.encryption.as_mut().unwrap().scheme = "gpg".into();
+        let e = check_readable(&m, Some(&keys), &all(&m), false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("scheme \"gpg\""), "{e}");
+    }
+
+    #[test]
     fn long_lists_are_cut() {
         assert_eq!(named(vec!["a".into(), "b".into()]), "a, b");
         let many: Vec<String> = (0..13).map(|i| i.to_string()).collect();
