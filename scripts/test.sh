@@ -17,7 +17,7 @@ scripts/setup-rabbitmq-cluster.sh
 scripts/setup-rabbitmq-4x.sh
 # The main broker of the integration tests; the cross-version set runs again on the others.
 export RMQ_TEST_BROKER=${RMQ_TEST_BROKER:-4.3}
-cross_version=(delivery_limit backup_restore streams)
+cross_version=(delivery_limit backup_restore streams stream_offsets tls)
 cross_brokers=(4.0 3.10)
 # Tools of the tests: promtool (Debian's prometheus package) for tests/packaging_alerts.rs,
 # the Pushgateway (prometheus-pushgateway; tests/metrics_export.rs starts its own on a free

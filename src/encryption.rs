@@ -20,6 +20,7 @@
 //! holds a secret: identities are named by where they came from, never by their text.
 
 use crate::error::{Error, Result};
+use age::secrecy::zeroize::Zeroizing;
 use age::secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -40,6 +41,13 @@ pub const IDENTITY_ENV: &str = "RMQ_BACKUP_AGE_IDENTITY";
 
 /// Buffer size of the file copies, bytes.
 const IO_BUF: usize = 256 * 1024;
+
+/// How every age v1 file starts (<https://age-encryption.org/v1>, "Header"): the version line
+/// of the binary (not armored) format this tool writes.
+pub const MAGIC: &[u8] = b"age-encryption.org/v1\n";
+
+/// The largest identity file read, bytes (an X25519 identity line is 74 bytes).
+const MAX_IDENTITY_FILE: usize = 1 << 20;
 
 /// The manifest's top-level `encryption` object (absent in an unencrypted backup): the scheme
 /// and the public keys the backup was encrypted to. Never a secret.
@@ -107,6 +115,14 @@ impl Recipients {
     /// The public keys, `age1...`.
     pub fn public_keys(&self) -> Vec<String> {
         self.keys.iter().map(|k| k.to_string()).collect()
+    }
+
+    /// Whether `keys` (public keys as a manifest records them) are exactly these recipients,
+    /// in any order: a segment encrypted to them can be read by these recipients and by no
+    /// one else.
+    pub fn same_as(&self, keys: &[String]) -> bool {
+        let mine = self.public_keys();
+        mine.iter().all(|k| keys.contains(k)) && keys.iter().all(|k| mine.contains(k))
     }
 
     fn encryptor(&self) -> Result<age::Encryptor> {
@@ -203,10 +219,13 @@ impl Identities {
     /// Errors: `Configuration error: {source}: line {n} is not an age X25519 identity
     /// (AGE-SECRET-KEY-1...)` (the line itself is never quoted), or `... holds no identity`.
     pub fn parse(text: &str, source: &str) -> Result<Identities> {
-        let mut keys = Vec::new();
+        let is_key = |line: &str| !line.is_empty() && !line.starts_with('#');
+        // Sized once: a vector that grows moves the keys and frees the old buffer unwiped
+        // (`age::x25519::Identity` wipes itself on drop, not where a move leaves a copy).
+        let mut keys = Vec::with_capacity(text.lines().filter(|l| is_key(l.trim())).count());
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
+            if !is_key(line) {
                 continue;
             }
             let key = line.parse::<age::x25519::Identity>().map_err(|_| {
@@ -230,19 +249,26 @@ impl Identities {
     /// `restore.encryption.identity_file` or `--identity-file`), else from [`IDENTITY_ENV`]
     /// when set, else `None` (enough for unencrypted backups).
     ///
-    /// Errors: `Configuration error: Cannot read {field} {path}: {why}`, and as [`Identities::parse`].
+    /// The file's text is held in a buffer wiped when it is dropped (as is the variable's copy
+    /// of the environment), and a file that group or others may read or change is warned
+    /// about, one line naming it and its mode, as ssh does for its keys ([`too_open`]).
+    ///
+    /// Errors: `Configuration error: Cannot read {field} {path}: {why}`, `... is not UTF-8
+    /// text`, and as [`Identities::parse`].
     pub fn load(file: Option<&Path>, field: &str) -> Result<Option<Identities>> {
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
+            let source = format!("{field} {}", path.display());
+            let bytes = read_identity_file(path, &source).map_err(|e| {
                 Error::Config(format!(
-                    "Cannot read {field} {}: {}",
-                    path.display(),
+                    "Cannot read {source}: {}",
                     crate::storage::io_reason(&e)
                 ))
             })?;
-            return Identities::parse(&text, &format!("{field} {}", path.display())).map(Some);
+            let text = std::str::from_utf8(&bytes)
+                .map_err(|_| Error::Config(format!("{source} is not UTF-8 text")))?;
+            return Identities::parse(text, &source).map(Some);
         }
-        match std::env::var(IDENTITY_ENV) {
+        match std::env::var(IDENTITY_ENV).map(Zeroizing::new) {
             Ok(text) if !text.trim().is_empty() => Identities::parse(&text, IDENTITY_ENV).map(Some),
             Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
             Err(std::env::VarError::NotUnicode(_)) => {
@@ -259,30 +285,24 @@ impl Identities {
             .collect()
     }
 
-    /// Recipients made of these identities' public keys.
+    /// Recipients made of these identities' public keys: what the reader itself can decrypt
+    /// (the restore's snapshot of the target's definitions is encrypted to them).
     pub fn recipients(&self) -> Recipients {
         Recipients {
             keys: self.keys.iter().map(|k| k.to_public()).collect(),
         }
     }
 
-    /// Checks, before anything is read, that one of these identities is one of the
-    /// recipients `info` lists for backup `backup_id`.
-    ///
-    /// Errors: `Encryption error: none of the identities in {source} ... is a recipient of
-    /// backup {id} ...` (a wrong key), or an unknown scheme.
-    pub fn check_recipient_of(&self, info: &EncryptionInfo, backup_id: &str) -> Result<()> {
-        check_scheme(info, backup_id)?;
-        let mine = self.public_keys();
-        if info.recipients.iter().any(|r| mine.contains(r)) {
-            return Ok(());
-        }
-        Err(Error::Encryption(format!(
-            "none of the identities in {} (public keys {}) is a recipient of backup {backup_id} (encrypted to {}): wrong identity",
-            self.source,
-            mine.join(", "),
-            info.recipients.join(", ")
-        )))
+    /// Where these identities came from (a field and path, or [`IDENTITY_ENV`]).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether one of these identities opens a file encrypted to `recipients` (public keys,
+    /// `age1...`): an X25519 identity opens what was encrypted to its own public key, which is
+    /// derived from it, and nothing else.
+    pub fn opens(&self, recipients: &[String]) -> bool {
+        self.public_keys().iter().any(|k| recipients.contains(k))
     }
 
     /// Decrypts the age file `sealed` into a new file `plain`; `what` names it for messages
@@ -377,6 +397,67 @@ fn copy(reader: &mut impl Read, out: &mut impl Write, what: &str, plain: &Path) 
     }
 }
 
+/// The warning for an identity file of mode `mode` (the permission bits of `stat(2)`) when
+/// group or others may read or change it, as ssh refuses such private keys ("UNPROTECTED
+/// PRIVATE KEY FILE"); `None` for mode 0600, 0400 and the like. `source` names the file.
+pub fn too_open(mode: u32, source: &str) -> Option<String> {
+    let mode = mode & 0o7777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "{source} has mode {mode:04o}: group or others may read or change it, and it holds private keys; chmod 600 it"
+        )
+    })
+}
+
+/// Reads an identity file into a buffer wiped on drop, warning when [`too_open`] (the mode of
+/// the file opened, a symlink's target). A pipe (`<(...)`) is read as well as a file.
+///
+/// Errors: the file's, or `InvalidData` past [`MAX_IDENTITY_FILE`] bytes.
+fn read_identity_file(path: &Path, source: &str) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    let mut file = File::open(path)?;
+    let meta = file.metadata()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Some(warning) = too_open(meta.permissions().mode(), source) {
+            log::warn!("{warning}");
+        }
+    }
+    let hint = usize::try_from(meta.len()).unwrap_or(MAX_IDENTITY_FILE);
+    read_wiped(&mut file, hint.min(MAX_IDENTITY_FILE))
+}
+
+/// Reads `input` to its end into a buffer wiped on drop; when the buffer must grow, the
+/// bytes move to a larger one and the old one is wiped (a `Vec` that grows by itself frees
+/// its old buffer as it is). `hint`: the expected size, bytes.
+///
+/// Errors: `input`'s, or `InvalidData` past [`MAX_IDENTITY_FILE`] bytes.
+fn read_wiped(input: &mut impl Read, hint: usize) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    let mut buf = Zeroizing::new(Vec::with_capacity(hint.max(128)));
+    let mut chunk = Zeroizing::new([0u8; 1024]);
+    loop {
+        let n = match input.read(&mut chunk[..]) {
+            Ok(0) => return Ok(buf),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let len = buf.len() + n;
+        if len > MAX_IDENTITY_FILE {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("larger than {MAX_IDENTITY_FILE} bytes: not an age identity file"),
+            ));
+        }
+        if len > buf.capacity() {
+            let mut bigger = Zeroizing::new(Vec::with_capacity(len.max(2 * buf.capacity())));
+            bigger.extend_from_slice(&buf);
+            buf = bigger; // the old buffer is wiped as it drops
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
 /// Checks that `info` names a scheme this version reads.
 ///
 /// Errors: `Encryption error: backup {id} is encrypted with scheme {s}, which this version
@@ -430,7 +511,7 @@ mod tests {
             ids.decrypt_bytes(&sealed, "d").unwrap(),
             b"hello definitions"
         );
-        ids.check_recipient_of(&r.info(), "b").unwrap();
+        assert!(ids.opens(&r.info().recipients));
 
         let (other, _) = generate();
         let wrong = Identities::parse(&other, "other").unwrap();
@@ -441,8 +522,7 @@ mod tests {
             "{e}"
         );
         assert!(!e.to_string().contains(&other));
-        let e = wrong.check_recipient_of(&r.info(), "b").unwrap_err();
-        assert!(e.to_string().contains("wrong identity"), "{e}");
+        assert!(!wrong.opens(&r.info().recipients));
 
         let mut flipped = sealed.clone();
         let last = flipped.len() - 3;
@@ -460,6 +540,87 @@ mod tests {
             e.to_string()
                 .starts_with("Configuration error: backup.encryption.recipients entry 1 is not"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn keys_compare_as_sets() {
+        let (_, a) = generate();
+        let (_, b) = generate();
+        let ab = Recipients::parse([a.as_str(), b.as_str()], "r").unwrap();
+        assert!(ab.same_as(&[b.clone(), a.clone()]));
+        assert!(!ab.same_as(std::slice::from_ref(&a)));
+        assert!(!ab.same_as(&[a.clone(), b.clone(), "age1other".into()]));
+        let only_a = Recipients::parse([a.as_str()], "r").unwrap();
+        assert!(only_a.same_as(std::slice::from_ref(&a)));
+        assert!(!only_a.same_as(&[]));
+    }
+
+    #[test]
+    fn an_identity_opens_what_was_encrypted_to_its_public_key() {
+        let (s1, p1) = generate();
+        let (s2, p2) = generate();
+        let (_, p3) = generate();
+        // Two identities, a comment and blank lines.
+        let ids = Identities::parse(&format!("# one\n{s1}\n\n  {s2}  \n"), "f").unwrap();
+        assert_eq!(ids.keys.capacity(), 2, "sized once, never grown");
+        assert_eq!(ids.public_keys(), [p1.clone(), p2.clone()]);
+        assert_eq!(ids.recipients().public_keys(), [p1.clone(), p2.clone()]);
+        assert!(ids.opens(&[p3.clone(), p2.clone()]));
+        assert!(!ids.opens(std::slice::from_ref(&p3)));
+        assert!(!ids.opens(&[]));
+        assert_eq!(ids.source(), "f");
+        // What the derived recipients encrypt, these identities decrypt.
+        let sealed = ids.recipients().encrypt_bytes(b"snapshot").unwrap();
+        let second = Identities::parse(&s2, "g").unwrap();
+        assert_eq!(second.decrypt_bytes(&sealed, "s").unwrap(), b"snapshot");
+    }
+
+    #[test]
+    fn identity_files_open_to_group_or_others_are_warned_about() {
+        for mode in [0o600, 0o400, 0o700, 0o100600, 0o100400] {
+            assert_eq!(too_open(mode, "f"), None, "{mode:o}");
+        }
+        for mode in [
+            0o644, 0o640, 0o604, 0o660, 0o620, 0o602, 0o610, 0o777, 0o100644,
+        ] {
+            let w = too_open(mode, "restore.encryption.identity_file /k").unwrap();
+            assert!(
+                w.starts_with("restore.encryption.identity_file /k has mode 0")
+                    && w.contains(&format!("{:04o}", mode & 0o7777))
+                    && w.contains("group or others")
+                    && !w.contains('\n'),
+                "{w}"
+            );
+        }
+    }
+
+    /// A reader that hands out `n` bytes at a time.
+    struct Trickle<'a>(&'a [u8], usize);
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn identity_text_is_read_whole_through_wiped_buffers() {
+        let text: Vec<u8> = (0..5000u32).map(|i| b'A' + (i % 26) as u8).collect();
+        for (hint, step) in [(0, 7), (5000, 1024), (100, 1000), (10_000, 3)] {
+            let got = read_wiped(&mut Trickle(&text, step), hint).unwrap();
+            assert_eq!(&got[..], &text[..], "hint {hint}, step {step}");
+        }
+        let huge = vec![b'x'; MAX_IDENTITY_FILE + 1];
+        let e = read_wiped(&mut Trickle(&huge, 1024), 0).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        let e = Identities::load(Some(Path::new("/nonexistent/key.txt")), "--identity-file")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Configuration error: Cannot read --identity-file /nonexistent/key.txt: No such file or directory"
         );
     }
 

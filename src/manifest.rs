@@ -131,6 +131,14 @@ pub struct SegmentMetadata {
     /// `size_bytes` and `checksum` are the age file's. Absent for a plain RBAK file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<String>,
+    /// The public keys (`age1...`) an encrypted segment was encrypted to, in the order
+    /// configured (README "Encryption at rest"): a reader checks its identity against the
+    /// segments it reads, not against the backup's list alone, which a rerun or the parts of a
+    /// sharded backup may have written with other keys. Absent for a plain segment, and in
+    /// segments written before rmq-backup recorded it (then only the manifest's
+    /// `encryption.recipients` says who may read them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipients: Option<Vec<String>>,
 }
 
 #[cfg(test)]
@@ -149,6 +157,7 @@ impl SegmentMetadata {
             last_timestamp: None,
             checksum: String::new(),
             encryption: None,
+            recipients: None,
         }
     }
 }
@@ -205,6 +214,7 @@ impl SegmentMetadata {
             last_timestamp: seg.last_timestamp,
             checksum: seg.checksum.clone(),
             encryption: None,
+            recipients: None,
         }
     }
 }
@@ -435,6 +445,7 @@ mod tests {
                     last_timestamp: Some(2),
                     checksum: "ab".repeat(32),
                     encryption: None,
+                    recipients: None,
                 }],
                 message_count: 10,
                 first_message_timestamp: Some(1),

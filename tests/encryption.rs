@@ -337,6 +337,7 @@ fn encrypted_filesystem_backup_holds_nothing_in_clear_and_restores_with_the_iden
     let plain_manifest =
         std::fs::read_to_string(store.join(&plain_id).join("manifest.json")).unwrap();
     assert!(!plain_manifest.contains("encryption"), "{plain_manifest}");
+    assert!(!plain_manifest.contains("recipients"), "{plain_manifest}");
     assert!(!plain_manifest.contains(".age"), "{plain_manifest}");
     let out = run_cli(&[
         "validate",
@@ -634,9 +635,10 @@ fn encrypted_backup_through_s3_with_secrets_from_files() {
     );
     assert_eq!(out.status.code(), Some(0), "restore: {:?}", text(&out));
     let tconn = connect(&target);
-    assert_same(
+    assert_same_as(
         &as_restored(&msgs),
         &peek(&tconn, "q", msgs.len()),
+        Headers::of("classic"),
         "restored from s3",
     );
     drop(tconn);
@@ -667,4 +669,574 @@ fn encrypted_backup_through_s3_with_secrets_from_files() {
         "{stderr}"
     );
     let _ = k.escrow_public;
+}
+
+/// An age identity file at `dir/name` holding `secrets`, with file mode `mode`.
+fn identity_file(dir: &Path, name: &str, secrets: &[&str], mode: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{}\n", secrets.join("\n"))).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+/// The stored manifest of `id` as JSON (compiles whatever fields the manifest type has).
+fn manifest_json(store: &Path, id: &str) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(store.join(id).join("manifest.json")).unwrap()).unwrap()
+}
+
+fn write_manifest_json(store: &Path, id: &str, m: &serde_json::Value) {
+    std::fs::write(
+        store.join(id).join("manifest.json"),
+        serde_json::to_string_pretty(m).unwrap(),
+    )
+    .unwrap();
+}
+
+/// The segment entries of queue `name` in a manifest read as JSON.
+fn segments_of<'a>(m: &'a serde_json::Value, name: &str) -> &'a Vec<serde_json::Value> {
+    m["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == name)
+        .unwrap_or_else(|| panic!("queue {name} not in {m}"))["segments"]
+        .as_array()
+        .unwrap()
+}
+
+/// A vhost `name` (a sibling of a `TestVhost`, deleted with it) holding empty `queues`.
+fn empty_target(name: &str, queues: &[(&str, &str)]) -> rmq_backup::amqp::Connection {
+    let _ = management().delete_vhost(name);
+    management().create_vhost(name).unwrap();
+    management().set_permissions(name, "guest").unwrap();
+    let conn = connect(name);
+    let ch = conn.open_channel().unwrap();
+    for (q, kind) in queues {
+        declare(&ch, q, kind, FieldTable::new());
+    }
+    let _ = ch.close();
+    conn
+}
+
+/// Issue 31 item 6: parts of a sharded backup written with other recipients each. The merged
+/// manifest lists every key, but an identity that opens one part's segments only is refused
+/// before anything is published or written, naming the segments it cannot open; an identity
+/// file holding both keys restores everything.
+#[test]
+fn parts_encrypted_to_other_keys_are_refused_at_once_naming_the_segments() {
+    let vh = TestVhost::new("enc-parts");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    // One queue in each part; the part-0 queue sorts first (cat reads in name order).
+    let pick = |prefix: &str, part: u32| {
+        (0..100)
+            .map(|i| format!("{prefix}-{i}"))
+            .find(|n| rmq_backup::shard::part_of(&vh.name, n, 2) == part)
+            .unwrap()
+    };
+    let (q0, q1) = (pick("a", 0), pick("b", 1));
+    let mut expected = Vec::new();
+    for (i, name) in [&q0, &q1].into_iter().enumerate() {
+        declare(&ch, name, "classic", FieldTable::new());
+        let msgs = diverse_messages(40, 70 + i as u64, false);
+        publish(&ch, name, &msgs);
+        expected.push(msgs);
+    }
+    let dir = TempDir::new("enc-parts");
+    let k = keys(dir.path());
+    let store = dir.path().join("store");
+    let id = format!("enc-parts-{}", rmq_backup::now_ms());
+    // Part 0 encrypts to the operator's key, part 1 to the escrow key.
+    for (index, public) in [(0, &k.operator_public), (1, &k.escrow_public)] {
+        let cfg = write_config(
+            dir.path(),
+            &format!("b{index}.yaml"),
+            &backup_yaml(
+                &id,
+                &vh.name,
+                &store,
+                &format!("  shard:\n    count: 2\n  encryption:\n    recipients: [\"{public}\"]\n"),
+            ),
+        );
+        let index = index.to_string();
+        let out = run_cli_env(
+            &["backup", "--config", &cfg],
+            &[("JOB_COMPLETION_INDEX", index.as_str())],
+        );
+        assert_eq!(out.status.code(), Some(0), "part {index}: {:?}", text(&out));
+    }
+    let m = manifest_json(&store, &id);
+    assert_eq!(m["parts"], 2, "merged: {m}");
+    assert_eq!(
+        m["encryption"]["recipients"],
+        serde_json::json!([k.operator_public, k.escrow_public]),
+        "the merged manifest lists the union"
+    );
+    let part1_keys: Vec<String> = segments_of(&m, &q1)
+        .iter()
+        .map(|s| s["key"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!part1_keys.is_empty());
+    for (q, public) in [(&q0, &k.operator_public), (&q1, &k.escrow_public)] {
+        for s in segments_of(&m, q) {
+            assert_eq!(s["recipients"], serde_json::json!([public]), "{s}");
+        }
+    }
+
+    let operator_only = identity_file(
+        dir.path(),
+        "op.txt",
+        &[&std::fs::read_to_string(&k.operator).unwrap()],
+        0o600,
+    );
+    let both = identity_file(
+        dir.path(),
+        "both.txt",
+        &[
+            &std::fs::read_to_string(&k.operator).unwrap(),
+            &k.escrow_secret,
+        ],
+        0o600,
+    );
+    let queues = [(q0.as_str(), "classic"), (q1.as_str(), "classic")];
+    let target = vh.sibling("target");
+    let tconn = empty_target(&target, &queues);
+    let no_env = [("RMQ_BACKUP_AGE_IDENTITY", "")];
+    let with = |p: &Path| format!("  encryption:\n    identity_file: \"{}\"\n", p.display());
+
+    // The operator's key opens part 0 only: refused before anything is published.
+    let r = restore_into(
+        dir.path(),
+        &store,
+        &id,
+        &vh.name,
+        &target,
+        &with(&operator_only),
+    );
+    let out = run_cli_env(&["restore", "--config", &r], &no_env);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let last = stderr.lines().last().unwrap_or("");
+    assert!(last.starts_with("Encryption error: "), "{stderr}");
+    assert!(last.contains("cannot open"), "{stderr}");
+    for key in &part1_keys {
+        assert!(last.contains(key.as_str()), "{key} not named: {stderr}");
+    }
+    for (q, _) in &queues {
+        assert_eq!(depth(&tconn, q), 0, "{q}: published before the refusal");
+    }
+    // validate --deep and cat check the same before reading anything.
+    let url = format!("file://{}", store.display());
+    let op = operator_only.to_str().unwrap();
+    let out = run_cli_env(
+        &[
+            "validate",
+            "--path",
+            &url,
+            "--backup-id",
+            &id,
+            "--deep",
+            "--identity-file",
+            op,
+        ],
+        &no_env,
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("Encryption error: ")
+            && stderr.contains("cannot open")
+            && stderr.contains(&part1_keys[0]),
+        "{stderr}"
+    );
+    let out = run_cli_env(
+        &[
+            "cat",
+            "--path",
+            &url,
+            "--backup-id",
+            &id,
+            "--identity-file",
+            op,
+        ],
+        &no_env,
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.is_empty(),
+        "cat wrote records before the refusal: {stdout}"
+    );
+    assert!(
+        stderr.contains("cannot open") && stderr.contains(&part1_keys[0]),
+        "{stderr}"
+    );
+    // Asking for the part-0 queue alone is fine: only what is read must open.
+    let out = run_cli_env(
+        &[
+            "cat",
+            "--path",
+            &url,
+            "--backup-id",
+            &id,
+            "--identity-file",
+            op,
+            "--queue",
+            &q0,
+        ],
+        &no_env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert_eq!(text(&out).0.lines().count(), 40);
+
+    // Both keys: everything restores.
+    let r = restore_into(dir.path(), &store, &id, &vh.name, &target, &with(&both));
+    let out = run_cli_env(&["restore", "--config", &r], &no_env);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    for ((q, _), msgs) in queues.iter().zip(&expected) {
+        assert_same_as(
+            &as_restored(msgs),
+            &peek(&tconn, q, msgs.len()),
+            Headers::of("classic"),
+            q,
+        );
+    }
+}
+
+/// Issue 31 item 6: a rerun of an interrupted backup after `backup.encryption.recipients`
+/// changed does not reuse the segments the earlier run encrypted to the old key (the manifest
+/// would list the new key only): it reads those queues again and says why, and the result
+/// opens with the new key alone.
+#[test]
+fn a_rerun_with_other_recipients_reads_again_the_queues_encrypted_to_the_old_ones() {
+    let vh = TestVhost::new("enc-rerun");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", FieldTable::new());
+    let msgs = diverse_messages(60, 91, false);
+    publish(&ch, "q", &msgs);
+    let dir = TempDir::new("enc-rerun");
+    let k = keys(dir.path());
+    let store = dir.path().join("store");
+    let id = format!("enc-rerun-{}", rmq_backup::now_ms());
+    let db = dir.path().join("offsets.db");
+    let cfg = |public: &str| {
+        write_config(
+            dir.path(),
+            &format!("b-{}.yaml", unique_suffix()),
+            &backup_yaml(
+                &id,
+                &vh.name,
+                &store,
+                &format!(
+                    "  encryption:\n    recipients: [\"{public}\"]\noffset_storage:\n  backend: sqlite\n  db_path: \"{}\"\n",
+                    db.display()
+                ),
+            ),
+        )
+    };
+    let out = run_cli(&["backup", "--config", &cfg(&k.operator_public)]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    // The run dies after its queues completed, before its final manifest: interrupted.
+    let mut m = manifest_json(&store, &id);
+    m["completed_at"] = serde_json::Value::Null;
+    write_manifest_json(&store, &id, &m);
+
+    // Rerun to the escrow key only.
+    let out = run_cli(&["backup", "--config", &cfg(&k.escrow_public)]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "queue q in vhost {}: the earlier run's segments are encrypted to other recipients",
+            vh.name
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("segment(s) reused"), "{stderr}");
+    let m = manifest_json(&store, &id);
+    assert!(m["completed_at"].is_i64(), "{m}");
+    assert_eq!(
+        m["encryption"]["recipients"],
+        serde_json::json!([k.escrow_public])
+    );
+    let segs = segments_of(&m, "q");
+    assert!(!segs.is_empty());
+    for s in segs {
+        assert_eq!(s["recipients"], serde_json::json!([k.escrow_public]), "{s}");
+    }
+    // The escrow key alone restores everything; the old key opens nothing any more.
+    let escrow = identity_file(dir.path(), "escrow-only.txt", &[&k.escrow_secret], 0o600);
+    let target = vh.sibling("target");
+    let tconn = empty_target(&target, &[("q", "classic")]);
+    let r = restore_into(
+        dir.path(),
+        &store,
+        &id,
+        &vh.name,
+        &target,
+        &format!(
+            "  encryption:\n    identity_file: \"{}\"\n",
+            escrow.display()
+        ),
+    );
+    let out = run_cli_env(
+        &["restore", "--config", &r],
+        &[("RMQ_BACKUP_AGE_IDENTITY", "")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert_same_as(
+        &as_restored(&msgs),
+        &peek(&tconn, "q", msgs.len()),
+        Headers::of("classic"),
+        "restored",
+    );
+    let url = format!("file://{}", store.display());
+    let out = run_cli(&[
+        "validate",
+        "--path",
+        &url,
+        "--backup-id",
+        &id,
+        "--deep",
+        "--identity-file",
+        k.operator.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("Encryption error: "), "{stderr}");
+}
+
+/// Issue 31 items 7 and 8: the target's definitions saved before an import are encrypted to
+/// the restorer's own key, not to whatever keys `manifest.json` (which anyone who can write
+/// to the bucket can edit) lists; a segment stored unencrypted inside an encrypted backup is
+/// refused before anything is published; an identity file readable by others is warned about.
+#[test]
+fn the_snapshot_goes_to_the_restorer_and_plain_segments_are_refused() {
+    let vh = TestVhost::new("enc-trust");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q", "classic", FieldTable::new());
+    let msgs = diverse_messages(30, 17, false);
+    publish(&ch, "q", &msgs);
+    let dir = TempDir::new("enc-trust");
+    let k = keys(dir.path());
+    let store = dir.path().join("store");
+    let id = format!("enc-trust-{}", rmq_backup::now_ms());
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml(
+            &id,
+            &vh.name,
+            &store,
+            &format!(
+                "  encryption:\n    recipients: [\"{}\"]\n",
+                k.operator_public
+            ),
+        ),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let plain_id = format!("{id}-plain");
+    let cfg = write_config(
+        dir.path(),
+        "plain.yaml",
+        &backup_yaml(&plain_id, &vh.name, &store, ""),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let original = manifest_json(&store, &id);
+
+    // Someone who can write to the bucket adds their key (the stranger's) to every list.
+    let stranger_public = {
+        let out = std::process::Command::new("age-keygen")
+            .arg("-y")
+            .arg(&k.stranger)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let mut m = original.clone();
+    m["encryption"]["recipients"]
+        .as_array_mut()
+        .unwrap()
+        .push(stranger_public.clone().into());
+    for q in m["queues"].as_array_mut().unwrap() {
+        for s in q["segments"].as_array_mut().unwrap() {
+            if let Some(r) = s.get_mut("recipients").and_then(|r| r.as_array_mut()) {
+                r.push(stranger_public.clone().into());
+            }
+        }
+    }
+    write_manifest_json(&store, &id, &m);
+    // The restorer's identity file is readable by others: warned about, one line.
+    let operator = identity_file(
+        dir.path(),
+        "operator-0644.txt",
+        &[&std::fs::read_to_string(&k.operator).unwrap()],
+        0o644,
+    );
+    let target = vh.sibling("target");
+    let r = write_config(
+        dir.path(),
+        "r.yaml",
+        &restore_yaml(
+            &id,
+            &store,
+            &format!(
+                "  publish_mode: direct-to-queue\n  restore_definitions: true\n  definitions_selection:\n    vhosts: [\"{v}\"]\n  vhost_mapping:\n    \"{v}\": \"{target}\"\n  encryption:\n    identity_file: \"{}\"\n",
+                operator.display(),
+                v = vh.name
+            ),
+        ),
+    );
+    let out = run_cli_env(
+        &["restore", "--config", &r],
+        &[("RMQ_BACKUP_AGE_IDENTITY", "")],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(operator.to_str().unwrap()) && l.contains("0644"))
+        .collect();
+    assert_eq!(
+        warned.len(),
+        1,
+        "one warning naming the file and its mode: {stderr}"
+    );
+    assert!(warned[0].contains("group or others"), "{}", warned[0]);
+    let tconn = connect(&target);
+    assert_same_as(
+        &as_restored(&msgs),
+        &peek(&tconn, "q", msgs.len()),
+        Headers::of("classic"),
+        "restored",
+    );
+    drop(tconn);
+    let rollback = files_under(&store.join(&id).join("definitions"))
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("rollback-before-import-"))
+        .expect("the target's definitions saved");
+    let age_d = |key: &Path| {
+        std::process::Command::new("age")
+            .args(["-d", "-i"])
+            .arg(key)
+            .arg(&rollback)
+            .output()
+            .unwrap()
+    };
+    let by_stranger = age_d(&k.stranger);
+    assert!(
+        !by_stranger.status.success(),
+        "the key added to manifest.json opens the target's password hashes"
+    );
+    let by_operator = age_d(&k.operator);
+    assert!(by_operator.status.success(), "{:?}", by_operator);
+
+    // A 0600 identity file: no warning.
+    let quiet = identity_file(
+        dir.path(),
+        "operator-0600.txt",
+        &[&std::fs::read_to_string(&k.operator).unwrap()],
+        0o600,
+    );
+    let url = format!("file://{}", store.display());
+    let out = run_cli_env(
+        &[
+            "validate",
+            "--path",
+            &url,
+            "--backup-id",
+            &id,
+            "--deep",
+            "--identity-file",
+            quiet.to_str().unwrap(),
+        ],
+        &[("RMQ_BACKUP_AGE_IDENTITY", "")],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(!stderr.contains("group or others"), "{stderr}");
+
+    // A plain segment put in the encrypted backup, its manifest entry rewritten to match.
+    let plain = manifest_json(&store, &plain_id);
+    let plain_seg = segments_of(&plain, "q")[0].clone();
+    let plain_key = plain_seg["key"]
+        .as_str()
+        .unwrap()
+        .replacen(&plain_id, &id, 1);
+    std::fs::copy(
+        store.join(plain_seg["key"].as_str().unwrap()),
+        store.join(&plain_key),
+    )
+    .unwrap();
+    let mut m = original.clone();
+    let mut swapped = plain_seg.clone();
+    swapped["key"] = plain_key.clone().into();
+    m["queues"][0]["segments"] = serde_json::json!([swapped]);
+    write_manifest_json(&store, &id, &m);
+    let empty = vh.sibling("target2");
+    let econn = empty_target(&empty, &[("q", "classic")]);
+    let env = [("RMQ_BACKUP_AGE_IDENTITY", "")];
+    let with_key = format!(
+        "  encryption:\n    identity_file: \"{}\"\n",
+        quiet.display()
+    );
+    let refused = |want: &str, what: &str| {
+        let r = restore_into(dir.path(), &store, &id, &vh.name, &empty, &with_key);
+        let out = run_cli_env(&["restore", "--config", &r], &env);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{what}: {stdout}{stderr}");
+        assert!(stderr.contains(want), "{what}: want {want:?} in {stderr}");
+        assert_eq!(depth(&econn, "q"), 0, "{what}: published");
+    };
+    let want = format!("Encryption error: backup {id} is encrypted, but 1 file(s) it lists are stored unencrypted: {plain_key}");
+    refused(&want, "a plain segment listed as plain");
+    for args in [
+        vec![
+            "validate",
+            "--path",
+            &url,
+            "--backup-id",
+            &id,
+            "--deep",
+            "--identity-file",
+            quiet.to_str().unwrap(),
+        ],
+        vec![
+            "cat",
+            "--path",
+            &url,
+            "--backup-id",
+            &id,
+            "--identity-file",
+            quiet.to_str().unwrap(),
+        ],
+    ] {
+        let out = run_cli_env(&args, &env);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains(&want), "{args:?}: {stderr}");
+        assert!(!stdout.contains("\"body\""), "{args:?}: {stdout}");
+    }
+    // The same plain file under the encrypted segment's key, listed as age with its
+    // checksum and size rewritten: not an age file, refused.
+    let enc_seg = segments_of(&original, "q")[0].clone();
+    let enc_key = enc_seg["key"].as_str().unwrap().to_string();
+    std::fs::copy(store.join(&plain_key), store.join(&enc_key)).unwrap();
+    let mut m = original.clone();
+    let mut forged = enc_seg.clone();
+    forged["checksum"] = plain_seg["checksum"].clone();
+    forged["size_bytes"] = plain_seg["size_bytes"].clone();
+    m["queues"][0]["segments"] = serde_json::json!([forged]);
+    m["total_bytes"] = plain_seg["size_bytes"].clone();
+    write_manifest_json(&store, &id, &m);
+    refused(
+        &format!("Encryption error: {enc_key}: not an age file"),
+        "a plain file listed as age",
+    );
+    drop(econn);
 }

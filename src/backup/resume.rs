@@ -3,7 +3,9 @@
 //! - With `offset_storage`, a queue the checkpoint database marks completed reuses its stored
 //!   segments after each is checked against its recorded size and SHA-256; a queue not
 //!   completed is read again from the head (AMQP delivery tags are no offsets). The database
-//!   is trusted only for the backup it was written for (`super::trust_checkpoints`).
+//!   is trusted only for the backup it was written for (`super::trust_checkpoints`). Segments
+//!   encrypted to other recipients than this run's (`backup.encryption` changed) are never
+//!   reused: their queue is read again ([`other_recipients`]).
 //! - Without it, every queue is read again.
 //!
 //! Either way a queue read again writes its segments with numbers after the highest segment of
@@ -96,6 +98,14 @@ pub(super) fn completed_earlier(
         );
         return Ok(None);
     }
+    if let Some(why) = other_recipients(ctx.encrypt, state.segments.iter().map(|s| &s.metadata)) {
+        log::warn!(
+            "queue {} in vhost {}: {why}; the queue is read again",
+            q.name,
+            q.vhost
+        );
+        return Ok(None);
+    }
     for s in &state.segments {
         if let Err(e) = verify_stored(ctx, &s.metadata) {
             log::warn!(
@@ -119,6 +129,35 @@ pub(super) fn completed_earlier(
         kind,
         state.segments.into_iter().map(|s| s.metadata).collect(),
     )))
+}
+
+/// Why segments an earlier run stored encrypted cannot be reused by a run that encrypts to
+/// `encrypt`: one was encrypted to other recipients (the manifest would list this run's only,
+/// and the old keys would read it), or records none (written before rmq-backup recorded
+/// them: who can read it is unknown). `None` when every encrypted one was encrypted to
+/// exactly these recipients, or this run does not encrypt (`verify_stored` refuses the
+/// encrypted ones then).
+fn other_recipients<'a>(
+    encrypt: Option<&crate::encryption::Recipients>,
+    segments: impl IntoIterator<Item = &'a SegmentMetadata>,
+) -> Option<String> {
+    let encrypt = encrypt?;
+    segments
+        .into_iter()
+        .filter(|s| s.encryption.is_some())
+        .find_map(|s| match &s.recipients {
+            None => Some(format!(
+                "the earlier run's segment {} does not record its recipients (written by an older version), so it may be encrypted to other keys than this run's",
+                s.key
+            )),
+            Some(r) if !encrypt.same_as(r) => Some(format!(
+                "the earlier run's segments are encrypted to other recipients than this run's ({} to {}; this run to {})",
+                s.key,
+                r.join(", "),
+                encrypt.public_keys().join(", ")
+            )),
+            Some(_) => None,
+        })
 }
 
 /// Fetches a stored segment and checks its size and SHA-256 against its metadata, and that
@@ -237,7 +276,15 @@ pub(super) fn resume_stream(
         Some(cp) => cp.backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)?,
         None => None,
     };
-    let kept = unbroken_prefix(q, earlier.map(|state| state.segments).unwrap_or_default());
+    let mut kept = unbroken_prefix(q, earlier.map(|state| state.segments).unwrap_or_default());
+    if let Some(why) = other_recipients(ctx.encrypt, kept.iter().map(|s| &s.metadata)) {
+        log::warn!(
+            "stream {} in vhost {}: {why}; the stream is read again from its start",
+            q.name,
+            q.vhost
+        );
+        kept.clear();
+    }
     let Some(last) = kept.last() else {
         return Ok((Vec::new(), start_queue(ctx, q)?, 0));
     };
@@ -431,6 +478,46 @@ mod tests {
         let kept = unbroken_prefix(&q, vec![stored(1, None), stored(2, None), stored(4, None)]);
         assert_eq!(sequences(&kept), [1, 2]);
         assert!(unbroken_prefix(&q, Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn segments_encrypted_to_other_keys_are_not_reused() {
+        let (_, a) = crate::encryption::generate();
+        let (_, b) = crate::encryption::generate();
+        let run = crate::encryption::Recipients::parse([a.as_str(), b.as_str()], "r").unwrap();
+        let seg = |n: u64, recipients: Option<Vec<String>>| SegmentMetadata {
+            encryption: recipients.as_ref().map(|_| "age".to_string()),
+            recipients,
+            ..SegmentMetadata::example(format!("k{n}"), n, 1)
+        };
+        let same = [
+            seg(1, Some(vec![b.clone(), a.clone()])),
+            seg(2, Some(vec![a.clone(), b.clone()])),
+        ];
+        assert_eq!(other_recipients(Some(&run), &same), None);
+        // A run that does not encrypt leaves the question to verify_stored.
+        assert_eq!(other_recipients(None, &same), None);
+        let fewer = [
+            seg(1, Some(vec![a.clone(), b.clone()])),
+            seg(2, Some(vec![a.clone()])),
+        ];
+        let why = other_recipients(Some(&run), &fewer).unwrap();
+        assert!(
+            why.starts_with("the earlier run's segments are encrypted to other recipients than this run's (k2 to ")
+                && why.contains(&format!("; this run to {a}, {b})")),
+            "{why}"
+        );
+        let unrecorded = [SegmentMetadata {
+            encryption: Some("age".into()),
+            ..SegmentMetadata::example("k9".into(), 9, 1)
+        }];
+        let why = other_recipients(Some(&run), &unrecorded).unwrap();
+        assert!(
+            why.contains("segment k9 does not record its recipients"),
+            "{why}"
+        );
+        // Plain segments say nothing about keys.
+        assert_eq!(other_recipients(Some(&run), &[seg(1, None)]), None);
     }
 
     #[test]

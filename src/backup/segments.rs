@@ -390,13 +390,17 @@ fn segment_full(
 ///
 /// With `encrypt` (`backup.encryption`), the finished segment is encrypted before the upload:
 /// in memory when it was built there, else into a second spool file, the plaintext one removed
-/// at once; the plaintext lives only while its segment is built. The manifest's size and SHA-256 are the stored age file's.
+/// at once; the plaintext lives only while its segment is built. The manifest's size and
+/// SHA-256 are the stored age file's, and its `recipients` the public keys it was encrypted to.
 pub(super) fn uploader(
     jobs: Receiver<Upload>,
     storage: &dyn Storage,
     lock: &RunLock,
     encrypt: Option<&Recipients>,
 ) {
+    // Recorded on every encrypted segment: who can read it (a reader checks its identity
+    // against each segment it reads; a rerun reuses only segments encrypted to its own keys).
+    let recorded = encrypt.map(Recipients::public_keys);
     for job in jobs {
         let path = job.writer.path().to_path_buf();
         let sealed = path.with_extension("rbak.age");
@@ -419,6 +423,7 @@ pub(super) fn uploader(
                     meta.size_bytes = sealed.len() as u64;
                     meta.checksum = hex_lower(&Sha256::digest(&sealed));
                     meta.encryption = Some(encryption::SCHEME.to_string());
+                    meta.recipients.clone_from(&recorded);
                     Payload::Bytes(std::borrow::Cow::Owned(sealed))
                 }
                 (Some(recipients), None) => {
@@ -429,6 +434,7 @@ pub(super) fn uploader(
                     meta.size_bytes = size;
                     meta.checksum = checksum;
                     meta.encryption = Some(encryption::SCHEME.to_string());
+                    meta.recipients.clone_from(&recorded);
                     Payload::File(sealed.as_path())
                 }
                 (None, Some(plain)) => Payload::Bytes(std::borrow::Cow::Borrowed(plain)),

@@ -27,6 +27,7 @@ fn seg(sequence: u64) -> SegmentMetadata {
         last_timestamp: Some(2),
         checksum: "ab".repeat(32),
         encryption: None,
+        recipients: None,
     }
 }
 

@@ -133,8 +133,9 @@ pub fn read_stored(
 /// (`rabbitmq_version` of `GET /api/overview`): into 4.x the definitions are migrated first
 /// ([`prepare`]), each change logged as a warning before anything is written; `None` (unknown)
 /// imports them as they are. `keys` decrypt an encrypted backup's file; the target's own
-/// definitions saved before the import are encrypted to `rollback_to` (the backup's recipients)
-/// when given.
+/// definitions (password hashes) saved before the import are encrypted to `rollback_to` when
+/// given: the restorer's own identity (`Identities::recipients`), never the recipients
+/// `manifest.json` lists, which nothing authenticates.
 ///
 /// Errors: a selected vhost, queue or exchange absent from the backup fails before anything is
 /// imported (`Configuration error`); storage, decryption, decompression and management API

@@ -19,7 +19,7 @@ use crate::encryption::Identities;
 use crate::error::{Error, Result};
 use crate::manifest::{Manifest, QueueBackup};
 use crate::record::BackupRecord;
-use crate::restore::segments::decode_segments;
+use crate::restore::segments::{decode_segments, segment_in_window};
 use crate::spool::SpoolDir;
 use crate::storage::Storage;
 use argh::FromArgs;
@@ -185,7 +185,9 @@ pub struct CatOutcome {
 ///
 /// Errors: `Configuration error:` when `opts.vhost` / `opts.queue` match no queue of the
 /// backup; the storage's; `Manifest error:`; `Encryption error:` for an encrypted backup
-/// without `keys` or with wrong ones, before any record is written; `Serialization error:`
+/// without `keys`, with keys that do not open every segment of the queues and window
+/// selected, or holding a segment in clear, before any record is written
+/// (`crate::fetch::check_readable`); `Serialization error:`
 /// for a segment that fails verification; `IO error: cannot write the output: ...` for other
 /// write failures.
 pub fn cat(
@@ -196,14 +198,23 @@ pub fn cat(
     out: &mut dyn Write,
 ) -> Result<CatOutcome> {
     let manifest = Manifest::read(storage, backup_id)?;
-    crate::fetch::check_readable(&manifest, keys)?;
     let queues = selected(&manifest, opts)?;
-    let spool = SpoolDir::create(&format!("cat-{backup_id}"))?;
     let window = RestoreOptions {
         time_window_start: opts.since,
         time_window_end: opts.until,
         ..RestoreOptions::default()
     };
+    // Every segment this may read opens with `keys`, before anything is written.
+    crate::fetch::check_readable(
+        &manifest,
+        keys,
+        queues
+            .iter()
+            .flat_map(|q| &q.segments)
+            .filter(|s| segment_in_window(s, &window)),
+        false,
+    )?;
+    let spool = SpoolDir::create(&format!("cat-{backup_id}"))?;
     let mut outcome = CatOutcome {
         records: 0,
         closed: false,

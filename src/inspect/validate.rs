@@ -107,8 +107,10 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
 /// the manifest's sizes are the stored (encrypted) objects'.
 ///
 /// Errors: as [`validate`]; with `deep`, `Encryption error:` before anything is fetched when
-/// the backup is encrypted and `keys` are missing or none is among its recipients. A stored
-/// segment that does not decrypt with a right key is damage (a problem), not an error.
+/// the backup is encrypted and `keys` are missing, do not open every segment and the
+/// definitions, or one of them is stored in clear (`crate::fetch::check_readable`). A stored
+/// segment that does not decrypt with a right key, or is no age file, is damage (a problem),
+/// not an error.
 pub fn validate_with_keys(
     storage: &dyn Storage,
     backup_id: &str,
@@ -117,7 +119,8 @@ pub fn validate_with_keys(
 ) -> Result<ValidationReport> {
     let m = read_manifest(storage, backup_id)?;
     if deep {
-        crate::fetch::check_readable(&m, keys)?;
+        // Every segment and the definitions: the identity opens each, none is in clear.
+        crate::fetch::check_readable(&m, keys, m.queues.iter().flat_map(|q| &q.segments), true)?;
     }
     let mut report = ValidationReport {
         backup_id: backup_id.to_string(),
@@ -278,7 +281,9 @@ pub(super) fn is_damage(e: &Error) -> bool {
         Error::Serialization(_) | Error::Compression(_) | Error::Manifest(_) => true,
         // Checked before: the identity is one of the recipients, so a file that does not
         // decrypt was altered.
-        Error::Encryption(m) => m.contains("damaged or was altered"),
+        Error::Encryption(m) => {
+            m.contains("damaged or was altered") || m.contains("was replaced or altered")
+        }
         _ => false,
     }
 }

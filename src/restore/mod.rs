@@ -30,7 +30,7 @@ use crate::checkpoint::Checkpoints;
 use crate::config::RestoreEncryption;
 use crate::config::{Config, PublishMode, RestoreOptions, StreamOffsets, TargetConfig};
 use crate::definitions;
-use crate::encryption::{Identities, Recipients};
+use crate::encryption::Identities;
 use crate::error::{Error, Result};
 use crate::management::ManagementClient;
 use crate::manifest::{Manifest, QueueBackup};
@@ -86,9 +86,19 @@ fn run_job(
         log::warn!("backup {backup_id} is {status} (completed_at is null): restoring the queues it holds so far");
     }
     // An encrypted backup is refused before anything is imported or published when the
-    // identity is missing or is not one of its recipients.
+    // identity is missing or does not open every file this restore reads (the segments of
+    // the time window; every queue is restored), or one of them is stored in clear.
     let keys = RestoreEncryption::identities(opts.encryption.as_ref())?;
-    crate::fetch::check_readable(&manifest, keys.as_ref())?;
+    crate::fetch::check_readable(
+        &manifest,
+        keys.as_ref(),
+        manifest
+            .queues
+            .iter()
+            .flat_map(|q| &q.segments)
+            .filter(|s| segments::segment_in_window(s, opts)),
+        opts.restore_definitions,
+    )?;
     let keys = keys.as_ref();
     // Before the target is touched: segments are fetched here.
     let spool = SpoolDir::create(&format!("{backup_id}-restore"))?;
@@ -111,19 +121,12 @@ fn run_job(
             (Some(entry), Some(mgmt)) => {
                 let mut dopts = opts.clone();
                 dopts.definitions_dry_run |= opts.dry_run;
-                // The target's definitions saved before the import are encrypted to the
-                // backup's recipients: they hold password hashes too.
-                let rollback_to = manifest
-                    .encryption
-                    .as_ref()
-                    .map(|info| {
-                        Recipients::parse(
-                            info.recipients.iter().map(String::as_str),
-                            "the manifest's encryption.recipients",
-                        )
-                        .map_err(|e| Error::Manifest(e.message().to_string()))
-                    })
-                    .transpose()?;
+                // The target's definitions saved before the import hold password hashes:
+                // they are encrypted to the restorer's own identity, never to the keys
+                // manifest.json lists (anyone who can write to the storage can add one).
+                // Without an identity (an unencrypted backup) they are stored as before,
+                // compressed only.
+                let rollback_to = keys.map(Identities::recipients);
                 let imported = definitions::import(
                     mgmt,
                     storage.as_ref(),

@@ -20,7 +20,7 @@ const RECORD_BATCH: usize = 256;
 const RECORD_BATCH_BYTES: usize = 1 << 20;
 
 /// True when a segment may hold records inside the time window.
-pub(super) fn segment_in_window(s: &SegmentMetadata, opts: &RestoreOptions) -> bool {
+pub(crate) fn segment_in_window(s: &SegmentMetadata, opts: &RestoreOptions) -> bool {
     let after_start = opts
         .time_window_start
         .is_none_or(|start| s.last_timestamp.is_none_or(|last| last >= start));
