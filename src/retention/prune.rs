@@ -103,7 +103,8 @@ pub fn prune(
                     false,
                     "age unknown (the storage reports no time)".to_string(),
                 ),
-                Some(t) if t > cutoff => (false, format!("younger than {grace}")),
+                // No cutoff: the grace reaches before every representable time.
+                Some(t) if cutoff.is_none_or(|c| t > c) => (false, format!("younger than {grace}")),
                 Some(_) => (true, format!("older than {grace}")),
             };
             if remove {
