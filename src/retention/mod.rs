@@ -63,8 +63,42 @@ pub struct Options {
 /// removed, counts `broker_backup_retention_runs`, and returns the line for the backup's
 /// summary (`Retention: ...`). A failure is logged and reported in that line, never returned:
 /// the backup itself succeeded and keeps its exit code (README "Retention (forget)").
+///
+/// Keeps no key but the backups' own rules keep ([`prune::protects`]): a configuration's
+/// checkpoint database is kept by [`after_backup_of`], which is what a backup should call.
 pub fn after_backup(cfg: &RetentionConfig, storage: &Arc<dyn Storage>) -> String {
-    let outcome = cfg.options().and_then(|opts| forget(storage, &opts));
+    after_backup_keeping(cfg, storage, &[])
+}
+
+/// [`after_backup`] for the backup configuration `cfg` (its `retention:`, which must be set,
+/// else `None`): never deletes its checkpoint database (`offset_storage.s3_key` and that key's
+/// siblings, [`prune::protects`]), neither by `--prune` nor with a backup.
+pub fn after_backup_of(cfg: &crate::config::Config, storage: &Arc<dyn Storage>) -> Option<String> {
+    let retention = cfg.retention.as_ref()?;
+    Some(after_backup_keeping(
+        retention,
+        storage,
+        &checkpoint_keys(cfg),
+    ))
+}
+
+/// The storage keys a configuration's checkpoint database is synced to
+/// (`offset_storage.s3_key`, `crate::checkpoint::sync`): what `forget` never deletes.
+pub fn checkpoint_keys(cfg: &crate::config::Config) -> Vec<String> {
+    cfg.offset_storage
+        .iter()
+        .filter_map(|o| o.s3_key.clone())
+        .collect()
+}
+
+fn after_backup_keeping(
+    cfg: &RetentionConfig,
+    storage: &Arc<dyn Storage>,
+    protected: &[String],
+) -> String {
+    let outcome = cfg
+        .options()
+        .and_then(|opts| forget_keeping(storage, &opts, protected));
     let counter = |o: &str| crate::metrics::global().retention_runs.with([o]).inc();
     match outcome {
         Ok(report) if report.errors.is_empty() => {
@@ -143,6 +177,19 @@ fn lock_description(info: &LockInfo, now: i64) -> String {
 /// Errors: `Configuration error: ...` for an empty policy; storage failures listing or reading
 /// (before anything is deleted).
 pub fn forget(storage: &Arc<dyn Storage>, opts: &Options) -> Result<ForgetReport> {
+    forget_keeping(storage, opts, &[])
+}
+
+/// [`forget`] that never deletes a key of `protected` nor a sibling of one
+/// ([`prune::protects`]: a configured checkpoint database), neither as an orphan nor with a
+/// backup it removes.
+///
+/// Errors: as [`forget`].
+pub fn forget_keeping(
+    storage: &Arc<dyn Storage>,
+    opts: &Options,
+    protected: &[String],
+) -> Result<ForgetReport> {
     let shared = storage;
     let storage: &dyn Storage = shared.as_ref();
     if opts.policy.is_empty() {
@@ -169,7 +216,7 @@ pub fn forget(storage: &Arc<dyn Storage>, opts: &Options) -> Result<ForgetReport
                 continue;
             }
             let parts = f.manifest.as_ref().ok().and_then(|m| m.parts);
-            match remove_locked(shared, &d.backup_id, parts) {
+            match remove_locked(shared, &d.backup_id, parts, protected) {
                 // A run started on it since it was evaluated.
                 Ok(Err(why)) => {
                     d.remove = false;
@@ -191,7 +238,7 @@ pub fn forget(storage: &Arc<dyn Storage>, opts: &Options) -> Result<ForgetReport
         }
     }
     let orphans = if opts.prune {
-        prune::prune(storage, opts, &mut errors)?
+        prune::prune(storage, opts, protected, &mut errors)?
     } else {
         Vec::new()
     };
@@ -293,6 +340,7 @@ fn remove_locked(
     storage: &Arc<dyn Storage>,
     backup_id: &str,
     parts: Option<u32>,
+    protected: &[String],
 ) -> Result<std::result::Result<u64, String>> {
     if let Some(why) = busy(storage.as_ref(), backup_id)? {
         return Ok(Err(why));
@@ -312,7 +360,9 @@ fn remove_locked(
     }
     let spare: Vec<String> = names.iter().map(|n| n.key.clone()).collect();
     held.iter().try_for_each(RunLock::check)?;
-    let deleted = delete_backup(storage.as_ref(), backup_id, parts, &spare)?;
+    let mut keep = spare.clone();
+    keep.extend_from_slice(protected);
+    let deleted = delete_backup(storage.as_ref(), backup_id, parts, &keep)?;
     for lock in held {
         lock.release();
     }
@@ -320,8 +370,8 @@ fn remove_locked(
     Ok(Ok(deleted + spare.len() as u64))
 }
 
-/// Deletes backup `backup_id` in the order of the module doc, except the keys in `spare`;
-/// returns the objects deleted.
+/// Deletes backup `backup_id` in the order of the module doc, except the keys in `spare` and
+/// their siblings ([`prune::protects`]); returns the objects deleted.
 ///
 /// Errors: `Storage error: Failed to delete <key>: ...` (the storage's), naming the key.
 pub fn delete_backup(
@@ -345,7 +395,7 @@ pub fn delete_backup(
         deleted += 1;
     }
     let mut rest = storage.list(&format!("{backup_id}/"))?;
-    rest.retain(|k| !spare.contains(k));
+    rest.retain(|k| !prune::protects(spare, k));
     storage.delete_many(&rest)?;
     Ok(deleted + rest.len() as u64)
 }

@@ -296,3 +296,77 @@ fn prune_leaves_the_prefix_of_a_run_that_holds_its_lock() {
     assert_eq!(r.orphans.len(), 2, "{:?}", r.orphans);
     assert!(fs.list("starting/").unwrap().is_empty());
 }
+
+#[test]
+fn only_objects_of_a_backups_shape_are_pruned() {
+    use prune::Shape;
+    for (rest, shape) in [
+        ("manifest.json", Shape::Manifest),
+        ("queues/_default/q/segment-0001.zst", Shape::Segment),
+        ("queues/v/q/segment-12345", Shape::Segment),
+        ("queues/v/q/segment-0001.lz4.age", Shape::Segment),
+        ("definitions/definitions.json.zst.age", Shape::Definitions),
+        ("definitions/definitions.json", Shape::Definitions),
+        ("definitions/rollback-before-import-17.zst", Shape::Rollback),
+        ("parts/0-of-3.json", Shape::Part),
+        ("state/lock.json", Shape::Lock),
+        ("state/lock-part-1-of-3.json", Shape::Lock),
+        ("state/offsets.db", Shape::Other),
+        ("state/lock-part-x-of-3.json", Shape::Other),
+        ("queues/v/q/offsets.db", Shape::Other),
+        ("queues/v/segment-0001.zst", Shape::Other),
+        ("queues/v/q/segment-.zst", Shape::Other),
+        ("queues/v/q/r/segment-0001.zst", Shape::Other),
+        ("parts/x.json", Shape::Other),
+        ("definitions/other.json", Shape::Other),
+        ("notes.txt", Shape::Other),
+    ] {
+        assert_eq!(Shape::of(rest), shape, "{rest}");
+    }
+    let keys = ["nightly/state/offsets.db".to_string()];
+    assert!(prune::protects(&keys, "nightly/state/offsets.db"));
+    assert!(prune::protects(&keys, "nightly/state/offsets.db-wal"));
+    assert!(prune::protects(
+        &keys,
+        "nightly/state/offsets.db.partial-1-2"
+    ));
+    assert!(!prune::protects(&keys, "nightly/state/offsets.dbx"));
+    assert!(!prune::protects(&keys, "nightly/state/lock.json"));
+}
+
+/// Issue 31, item 4: a checkpoint database is never an orphan (README's
+/// `nightly/state/offsets.db`, under a prefix with no manifest, nor SPEC.md's
+/// `{backup_id}/state/offsets.db` of a half-deleted backup), and a configured one is not
+/// deleted with the backup it lies in.
+#[test]
+fn checkpoint_databases_are_never_pruned() {
+    let dir = crate::storage::conformance::TempDir::new("prune-ckpt");
+    let fs = crate::storage::open_filesystem(&dir.0, None).unwrap();
+    backup(fs.as_ref(), "new", 2 * DAY, true);
+    backup(fs.as_ref(), "old", DAY, true);
+    fs.put_bytes("nightly/state/offsets.db", b"SQLite").unwrap();
+    fs.put_bytes("old/state/offsets.db", b"SQLite").unwrap();
+    // Half deleted: its manifest is gone, its segment and checkpoint are left.
+    backup(fs.as_ref(), "gone", 0, true);
+    fs.delete("gone/manifest.json").unwrap();
+    fs.put_bytes("gone/state/offsets.db", b"SQLite").unwrap();
+    let mut o = opts(last(1));
+    o.prune = true;
+    o.prune_grace = Within::parse("0h").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let protected = ["old/state/offsets.db".to_string()];
+    let r = forget_keeping(&fs, &o, &protected).unwrap();
+    assert_eq!(actions(&r), [("new".into(), false), ("old".into(), true)]);
+    let orphans: Vec<&str> = r.orphans.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(orphans, ["gone/queues/_default/q/segment-0001.zst"]);
+    assert_eq!(
+        fs.list("").unwrap(),
+        [
+            "gone/state/offsets.db",
+            "new/manifest.json",
+            "new/queues/_default/q/segment-0001.zst",
+            "nightly/state/offsets.db",
+            "old/state/offsets.db",
+        ]
+    );
+}
