@@ -23,8 +23,9 @@
 //! younger than the grace period or whose age the storage does not report (the memory
 //! backend): a fresh upload of a live run is never taken.
 
-use super::{busy, Options};
+use super::{busy_judged, Options};
 use crate::error::Result;
+use crate::lock::{Judge, Timing};
 use crate::manifest::Manifest;
 use crate::now_ms;
 use crate::storage::Storage;
@@ -166,9 +167,11 @@ pub fn prune(
         }
     }
     groups.retain(|_, keys| keys.iter().any(|(_, s, _)| s.marks_a_backup()));
+    let clock = now_ms;
+    let judge = Judge::new(storage, Timing::from_env(), &clock);
     let mut out = Vec::new();
     for (id, keys) in groups {
-        if let Some(why) = busy(storage, &id)? {
+        if let Some(why) = busy_judged(&judge, storage, &id)? {
             log::debug!("prune: {id}/ skipped: {why}");
             continue;
         }
