@@ -564,3 +564,122 @@ fn a_sharded_backup_is_removed_whole() {
     }
     assert_eq!(store.storage.list_backup_ids().expect("ids"), ["plain"]);
 }
+
+/// A completed backup `id` created at `created`, written here (a manifest and nothing else).
+fn fabricated(store: &Store, id: &str, created: i64) {
+    let mut m = rmq_backup::manifest::Manifest::new(id, created);
+    m.completed_at = Some(created + 60_000);
+    store
+        .storage
+        .put_bytes(
+            &format!("{id}/manifest.json"),
+            m.to_json_pretty().expect("json").as_bytes(),
+        )
+        .expect("manifest");
+}
+
+/// Issue 31, item 3: a duration past 10,000 years is a configuration error (exit 2), on the
+/// command line and in a configuration's `retention:`; before, `--keep-within 1000000000y`
+/// wrapped and removed every backup, the newest included.
+#[test]
+fn durations_past_ten_thousand_years_are_refused() {
+    let dir = TempDir::new("forget-far");
+    let store = fs_store(&dir);
+    fabricated(&store, "older", at(2026, 1, 1, 0));
+    fabricated(&store, "newest", at(2026, 1, 2, 0));
+    let (code, v) = forget(&store, &["--keep-within", "10000y", "--dry-run"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(kept(&v), set(&["older", "newest"]), "{v}");
+    for args in [
+        ["--keep-within", "1000000000y"],
+        ["--keep-within", "10001y"],
+        ["--keep-within", "87658201h"],
+        ["--prune-grace", "1000000000y"],
+    ] {
+        let mut all = vec!["forget", "--path", &store.url, "--keep-last", "1"];
+        all.extend_from_slice(&args);
+        all.push("--dry-run");
+        let out = run_cli(&all);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stdout}\n{stderr}");
+        assert!(
+            stderr.starts_with("Configuration error: ") && stderr.contains("10,000 years"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(
+        store.storage.list_backup_ids().expect("ids"),
+        ["newest", "older"]
+    );
+    for (field, value) in [("keep_within", "1000000000y"), ("prune_grace", "10001y")] {
+        let unused = dir.path().join("unused");
+        let yaml = format!(
+            "{}retention:\n  keep_last: 1\n  {field}: {value}\n",
+            backup_yaml("far", "/", &unused, "")
+        );
+        let cfg = write_config(dir.path(), "far.yaml", &yaml);
+        let out = run_cli(&["backup", "--config", &cfg]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{field}: {stdout}\n{stderr}");
+        assert!(
+            stderr.starts_with("Configuration error: ") && stderr.contains("10,000 years"),
+            "{field}: {stderr}"
+        );
+    }
+}
+
+/// Issue 31, item 4: `--prune` keeps a checkpoint database where README puts it
+/// (`offset_storage.s3_key: nightly/state/offsets.db`, under a prefix with no manifest), synced
+/// there by a real backup, and removes a real orphan (a backup whose manifest is gone).
+#[test]
+fn prune_keeps_the_checkpoint_database() {
+    let vh = seeded("forget-ckpt");
+    let dir = TempDir::new("forget-ckpt");
+    let store = fs_store(&dir);
+    let db = dir.path().join("offsets.db");
+    let offsets = format!(
+        "offset_storage:\n  db_path: \"{}\"\n  s3_key: nightly/state/offsets.db\n  sync_interval_secs: 1\n",
+        db.display()
+    );
+    for id in ["nightly-1", "nightly-2"] {
+        let cfg = config(&vh, &dir, &store, id, &offsets);
+        let out = run_cli_env(&["backup", "--config", &cfg], &store.env);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{id}: {stdout}\n{stderr}");
+    }
+    let root = dir.path().join("store");
+    // "nightly-1" loses its manifest: what is left of it is a real orphan.
+    std::fs::remove_file(root.join("nightly-1/manifest.json")).expect("rm");
+    let checkpoint: Vec<String> = store.storage.list("nightly/").expect("list");
+    assert_eq!(checkpoint, ["nightly/state/offsets.db"], "what sync wrote");
+    let orphans = store.storage.list("nightly-1/").expect("list");
+    assert!(
+        orphans.iter().any(|k| k.contains("/queues/")),
+        "{orphans:?}"
+    );
+    for k in store.storage.list("").expect("list") {
+        age(&root.join(&k), 3);
+    }
+    let (code, v) = forget(
+        &store,
+        &["--keep-last", "5", "--prune", "--prune-grace", "0h"],
+    );
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        store.storage.list("nightly-1/").expect("list").is_empty(),
+        "the orphan is removed: {v}"
+    );
+    assert_eq!(
+        store.storage.list("nightly/").expect("list"),
+        checkpoint,
+        "the checkpoint database is kept: {v}"
+    );
+    assert!(
+        !v["orphans"]
+            .as_array()
+            .expect("orphans")
+            .iter()
+            .any(|o| o["key"] == "nightly/state/offsets.db"),
+        "not even listed as an orphan: {v}"
+    );
+}

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 
 /// The configuration's `retention:` section: the same rules as `forget`, applied after each
 /// successful backup (README "Retention (forget)"). Counts are whole numbers or `unlimited`;
-/// `keep_within` and `prune_grace` are restic durations (`30d`, `1y6m`, `36h`).
+/// `keep_within` and `prune_grace` are restic durations (`30d`, `1y6m`, `36h`), at most
+/// 10,000 years (`crate::retention::policy::MAX_WITHIN_MS`): a longer one fails the
+/// configuration's loading with `Configuration error: ...` (exit 2), as on the command line.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
@@ -17,20 +19,33 @@ pub struct RetentionConfig {
     pub keep_daily: Option<Count>,
     pub keep_weekly: Option<Count>,
     pub keep_monthly: Option<Count>,
+    #[serde(deserialize_with = "Within::deserialize_unchecked")]
     pub keep_within: Option<Within>,
     /// Remove interrupted backups older than the newest completed one.
     pub prune_interrupted: bool,
     /// Delete orphaned objects older than `prune_grace`.
     pub prune: bool,
     /// Default 24h.
+    #[serde(deserialize_with = "Within::deserialize_unchecked")]
     pub prune_grace: Option<Within>,
 }
 
 impl RetentionConfig {
     /// The [`Options`] of this section (never a dry run).
     ///
-    /// Errors: `Configuration error: retention: no keep_* rule ...` when it keeps nothing.
+    /// Errors: `Configuration error: retention: no keep_* rule ...` when it keeps nothing;
+    /// `Configuration error: retention.keep_within: 1000000000y is past 10,000 years ...`
+    /// (or `prune_grace`) for a duration longer than [`crate::retention::policy::MAX_WITHIN_MS`].
     pub fn options(&self) -> Result<Options> {
+        for (field, w) in [
+            ("keep_within", self.keep_within),
+            ("prune_grace", self.prune_grace),
+        ] {
+            if let Some(w) = w {
+                w.check_length()
+                    .map_err(|e| Error::Config(format!("retention.{field}: {w} {e}")))?;
+            }
+        }
         let policy = Policy {
             keep_last: self.keep_last,
             keep_daily: self.keep_daily,

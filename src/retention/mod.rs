@@ -4,9 +4,10 @@
 //!
 //! What is never removed, whatever the policy:
 //! - a backup whose run lock (or a part's, `crate::shard`) is held by a run that may be alive:
-//!   not ended and renewed within the lock's takeover time (`crate::lock::LockInfo::is_busy`),
-//!   checked when the backups are evaluated; a backup being deleted is under forget's own hold
-//!   of those locks (taken as a run takes them), so no run starts on it meanwhile;
+//!   not ended and written within the lock's takeover time by the storage's own clock
+//!   (`crate::lock::Judge::busy`), checked when the backups are evaluated; a backup being
+//!   deleted is under forget's own hold of those locks (taken as a run takes them, deleted while
+//!   still held), so no run starts on it meanwhile, nor loses its lock to the delete;
 //! - an `interrupted` backup created after the newest completed one (a rerun may resume it);
 //!   older interrupted ones only with `prune_interrupted`;
 //! - a backup whose manifest cannot be read (`damaged`): what it holds is unknown.
@@ -29,7 +30,7 @@ pub use policy::{Count, Policy, Reason, Within};
 pub use report::{BackupDecision, ForgetReport};
 
 use crate::error::{Error, Result};
-use crate::lock::{LockInfo, LockName, RunLock, Timing};
+use crate::lock::{Judge, LockInfo, LockName, RunLock, Timing};
 use crate::manifest::{manifest_key, Manifest};
 use crate::now_ms;
 use crate::storage::Storage;
@@ -63,8 +64,42 @@ pub struct Options {
 /// removed, counts `broker_backup_retention_runs`, and returns the line for the backup's
 /// summary (`Retention: ...`). A failure is logged and reported in that line, never returned:
 /// the backup itself succeeded and keeps its exit code (README "Retention (forget)").
+///
+/// Keeps no key but the backups' own rules keep ([`prune::protects`]): a configuration's
+/// checkpoint database is kept by [`after_backup_of`], which is what a backup should call.
 pub fn after_backup(cfg: &RetentionConfig, storage: &Arc<dyn Storage>) -> String {
-    let outcome = cfg.options().and_then(|opts| forget(storage, &opts));
+    after_backup_keeping(cfg, storage, &[])
+}
+
+/// [`after_backup`] for the backup configuration `cfg` (its `retention:`, which must be set,
+/// else `None`): never deletes its checkpoint database (`offset_storage.s3_key` and that key's
+/// siblings, [`prune::protects`]), neither by `--prune` nor with a backup.
+pub fn after_backup_of(cfg: &crate::config::Config, storage: &Arc<dyn Storage>) -> Option<String> {
+    let retention = cfg.retention.as_ref()?;
+    Some(after_backup_keeping(
+        retention,
+        storage,
+        &checkpoint_keys(cfg),
+    ))
+}
+
+/// The storage keys a configuration's checkpoint database is synced to
+/// (`offset_storage.s3_key`, `crate::checkpoint::sync`): what `forget` never deletes.
+pub fn checkpoint_keys(cfg: &crate::config::Config) -> Vec<String> {
+    cfg.offset_storage
+        .iter()
+        .filter_map(|o| o.s3_key.clone())
+        .collect()
+}
+
+fn after_backup_keeping(
+    cfg: &RetentionConfig,
+    storage: &Arc<dyn Storage>,
+    protected: &[String],
+) -> String {
+    let outcome = cfg
+        .options()
+        .and_then(|opts| forget_keeping(storage, &opts, protected));
     let counter = |o: &str| crate::metrics::global().retention_runs.with([o]).inc();
     match outcome {
         Ok(report) if report.errors.is_empty() => {
@@ -117,23 +152,34 @@ fn locks_of(storage: &dyn Storage, backup_id: &str) -> Result<Vec<LockName>> {
         .collect())
 }
 
-/// `Some(description)` when a run that may be alive holds a lock of `backup_id`
-/// ([`LockInfo::is_busy`]). Errors: the storage's.
+/// `Some(description)` when a run that may be alive holds a lock of `backup_id`: the lock may
+/// not be taken over yet, its age told by the storage's clock ([`Judge::busy`]; the timing of
+/// [`Timing::from_env`], the reader's clock `crate::now_ms`). Errors: the storage's.
 pub fn busy(storage: &dyn Storage, backup_id: &str) -> Result<Option<String>> {
-    let now = now_ms();
-    let timing = Timing::from_env();
+    let clock = now_ms;
+    busy_judged(
+        &Judge::new(storage, Timing::from_env(), &clock),
+        storage,
+        backup_id,
+    )
+}
+
+/// [`busy`] with `judge` (one per `forget`: the storage's clock is measured once).
+pub fn busy_judged(
+    judge: &Judge,
+    storage: &dyn Storage,
+    backup_id: &str,
+) -> Result<Option<String>> {
     for name in locks_of(storage, backup_id)? {
-        if let Some(info) = crate::lock::read_named(storage, &name)? {
-            if info.is_busy(now, &timing) {
-                return Ok(Some(lock_description(&info, now)));
-            }
+        if let Some((info, age)) = judge.busy(&name)? {
+            return Ok(Some(lock_description(&info, age)));
         }
     }
     Ok(None)
 }
 
-fn lock_description(info: &LockInfo, now: i64) -> String {
-    format!("running: locked by {}", info.describe(now))
+fn lock_description(info: &LockInfo, age: Option<i64>) -> String {
+    format!("running: locked by {}", info.describe_age(age))
 }
 
 /// Runs `forget` on `storage`: evaluates every backup, deletes those the policy removes (unless
@@ -143,6 +189,19 @@ fn lock_description(info: &LockInfo, now: i64) -> String {
 /// Errors: `Configuration error: ...` for an empty policy; storage failures listing or reading
 /// (before anything is deleted).
 pub fn forget(storage: &Arc<dyn Storage>, opts: &Options) -> Result<ForgetReport> {
+    forget_keeping(storage, opts, &[])
+}
+
+/// [`forget`] that never deletes a key of `protected` nor a sibling of one
+/// ([`prune::protects`]: a configured checkpoint database), neither as an orphan nor with a
+/// backup it removes.
+///
+/// Errors: as [`forget`].
+pub fn forget_keeping(
+    storage: &Arc<dyn Storage>,
+    opts: &Options,
+    protected: &[String],
+) -> Result<ForgetReport> {
     let shared = storage;
     let storage: &dyn Storage = shared.as_ref();
     if opts.policy.is_empty() {
@@ -150,6 +209,8 @@ pub fn forget(storage: &Arc<dyn Storage>, opts: &Options) -> Result<ForgetReport
             "forget needs at least one of --keep-last, --keep-daily, --keep-weekly, --keep-monthly (above 0) or --keep-within: without one every backup would be removed".into(),
         ));
     }
+    let clock = now_ms;
+    let judge = Judge::new(storage, Timing::from_env(), &clock);
     let mut found = Vec::new();
     for id in storage.list_backup_ids()? {
         let manifest = match Manifest::read(storage, &id) {
@@ -158,7 +219,7 @@ pub fn forget(storage: &Arc<dyn Storage>, opts: &Options) -> Result<ForgetReport
             Err(Error::Storage(m)) if m.starts_with("Key not found") => continue,
             Err(e) => Err(e.to_string()),
         };
-        let busy = busy(storage, &id)?;
+        let busy = busy_judged(&judge, storage, &id)?;
         found.push(Found { id, manifest, busy });
     }
     let mut decisions = decide(&found, opts);
@@ -169,7 +230,7 @@ pub fn forget(storage: &Arc<dyn Storage>, opts: &Options) -> Result<ForgetReport
                 continue;
             }
             let parts = f.manifest.as_ref().ok().and_then(|m| m.parts);
-            match remove_locked(shared, &d.backup_id, parts) {
+            match remove_locked(shared, &d.backup_id, parts, protected) {
                 // A run started on it since it was evaluated.
                 Ok(Err(why)) => {
                     d.remove = false;
@@ -191,7 +252,7 @@ pub fn forget(storage: &Arc<dyn Storage>, opts: &Options) -> Result<ForgetReport
         }
     }
     let orphans = if opts.prune {
-        prune::prune(storage, opts, &mut errors)?
+        prune::prune(storage, opts, protected, &mut errors)?
     } else {
         Vec::new()
     };
@@ -284,8 +345,12 @@ fn interrupted(created: i64, newest_completed: Option<i64>, opts: &Options) -> (
 
 /// Removes backup `backup_id` under its own run locks: takes them as a run would (the
 /// backup's, or each part's of a sharded backup), so that no run starts writing it while it is
-/// deleted; deletes it ([`delete_backup`], the locks spared); releases the locks and deletes
-/// them last. `Ok(Err(why))` when a run holds a lock (the backup is left alone).
+/// deleted; deletes it ([`delete_backup`], the locks and `protected` keys spared); then deletes
+/// each lock while still holding it ([`RunLock::delete`]): never released first, so a run that
+/// starts meanwhile waits for the lock, finds it gone and creates its own, and loses neither
+/// its lock nor its data (issue 31: a lock released, then deleted, was deleted under a run
+/// that had taken it in between). `Ok(Err(why))` when a run holds a lock (the backup is left
+/// alone).
 ///
 /// Errors: the storage's; a failure leaves the locks released (ended), and what is left of
 /// the backup reads as interrupted or as orphans for `--prune`.
@@ -293,6 +358,7 @@ fn remove_locked(
     storage: &Arc<dyn Storage>,
     backup_id: &str,
     parts: Option<u32>,
+    protected: &[String],
 ) -> Result<std::result::Result<u64, String>> {
     if let Some(why) = busy(storage.as_ref(), backup_id)? {
         return Ok(Err(why));
@@ -310,18 +376,19 @@ fn remove_locked(
             Err(e) => return Err(e),
         }
     }
-    let spare: Vec<String> = names.iter().map(|n| n.key.clone()).collect();
+    let mut keep: Vec<String> = names.iter().map(|n| n.key.clone()).collect();
+    keep.extend_from_slice(protected);
     held.iter().try_for_each(RunLock::check)?;
-    let deleted = delete_backup(storage.as_ref(), backup_id, parts, &spare)?;
+    let deleted = delete_backup(storage.as_ref(), backup_id, parts, &keep)?;
+    let locks = held.len() as u64;
     for lock in held {
-        lock.release();
+        lock.delete()?;
     }
-    storage.delete_many(&spare)?;
-    Ok(Ok(deleted + spare.len() as u64))
+    Ok(Ok(deleted + locks))
 }
 
-/// Deletes backup `backup_id` in the order of the module doc, except the keys in `spare`;
-/// returns the objects deleted.
+/// Deletes backup `backup_id` in the order of the module doc, except the keys in `spare` and
+/// their siblings ([`prune::protects`]); returns the objects deleted.
 ///
 /// Errors: `Storage error: Failed to delete <key>: ...` (the storage's), naming the key.
 pub fn delete_backup(
@@ -345,7 +412,7 @@ pub fn delete_backup(
         deleted += 1;
     }
     let mut rest = storage.list(&format!("{backup_id}/"))?;
-    rest.retain(|k| !spare.contains(k));
+    rest.retain(|k| !prune::protects(spare, k));
     storage.delete_many(&rest)?;
     Ok(deleted + rest.len() as u64)
 }

@@ -103,10 +103,30 @@ pub struct Within {
     pub hours: u32,
 }
 
+/// The longest duration accepted: 10,000 Gregorian years of 365.2425 days, in ms. Longer ones
+/// are refused (issue 31: a wrapped multiplication once turned `1000000000y` into "keep
+/// nothing"); any time it moves back still fits epoch milliseconds.
+pub const MAX_WITHIN_MS: u128 = 10_000 * YEAR_MS;
+
+/// A Gregorian year (365.2425 days) and a twelfth of it, in ms: how [`MAX_WITHIN_MS`] weighs
+/// years and months.
+const YEAR_MS: u128 = 31_556_952_000;
+const MONTH_MS: u128 = YEAR_MS / 12;
+
 impl Within {
     /// Parses `1y5m7d2h` (`m` is months, as in restic). Errors: a sentence saying what was
-    /// expected.
+    /// expected, or that the duration is past 10,000 years ([`MAX_WITHIN_MS`]; a number too
+    /// long for any counter included).
     pub fn parse(s: &str) -> Result<Within, String> {
+        let w = Within::parse_unchecked(s)?;
+        w.check_length().map_err(|e| format!("{s:?} {e}"))?;
+        Ok(w)
+    }
+
+    /// [`Within::parse`] without the length limit: the syntax only, each count saturating at
+    /// `u32::MAX` (then past the limit). For a configuration file, whose loader reports the
+    /// limit as a configuration error ([`Within::check_length`]) rather than a parse error.
+    pub fn parse_unchecked(s: &str) -> Result<Within, String> {
         let bad = || {
             format!("{s:?} is not a duration such as 1y5m7d2h, 30d or 36h (y years, m months, d days, h hours)")
         };
@@ -118,18 +138,18 @@ impl Within {
                 digits.push(c);
                 continue;
             }
-            let n: u32 = digits.parse().map_err(|_| bad())?;
-            digits.clear();
-            if seen.contains(c) {
+            if digits.is_empty() || seen.contains(c) || !"ymdh".contains(c) {
                 return Err(bad());
             }
+            // Only digits: a number that does not parse is too long for a u32.
+            let n: u32 = digits.parse().unwrap_or(u32::MAX);
+            digits.clear();
             seen.push(c);
             match c {
                 'y' => w.years = n,
                 'm' => w.months = n,
                 'd' => w.days = n,
-                'h' => w.hours = n,
-                _ => return Err(bad()),
+                _ => w.hours = n,
             }
         }
         if !digits.is_empty() || seen.is_empty() {
@@ -138,17 +158,44 @@ impl Within {
         Ok(w)
     }
 
+    /// `Ok` when this duration is 10,000 years at most ([`MAX_WITHIN_MS`]). Errors: `is past
+    /// 10,000 years, the longest duration accepted` (the caller names the value).
+    pub fn check_length(&self) -> Result<(), String> {
+        if self.length_ms() > MAX_WITHIN_MS {
+            return Err("is past 10,000 years, the longest duration accepted".into());
+        }
+        Ok(())
+    }
+
+    /// The nominal length in ms (years of 365.2425 days, months a twelfth of that); exact in
+    /// u128 for any four u32 counts.
+    fn length_ms(&self) -> u128 {
+        u128::from(self.years) * YEAR_MS
+            + u128::from(self.months) * MONTH_MS
+            + u128::from(self.days) * DAY_MS as u128
+            + u128::from(self.hours) * HOUR_MS as u128
+    }
+
     /// `latest` (epoch ms) moved back by this duration: years and months on the calendar (a
-    /// day past the month's end rolls over, as Go's `AddDate`), then days and hours.
-    pub fn before(&self, latest: i64) -> i64 {
+    /// day past the month's end rolls over, as Go's `AddDate`), then days and hours. `None` when
+    /// that moment is before the earliest epoch ms an i64 holds (every time is after it).
+    /// Checked arithmetic throughout: any `latest` (a manifest's `created_at` is untrusted) and
+    /// any duration, parsed or built, gives a time or `None`, never a wrapped one.
+    pub fn before(&self, latest: i64) -> Option<i64> {
         let days = latest.div_euclid(DAY_MS);
         let time_of_day = latest.rem_euclid(DAY_MS);
         let (y, m, d) = civil_from_days(days);
-        let months =
-            y * 12 + i64::from(m) - 1 - i64::from(self.years) * 12 - i64::from(self.months);
+        let months = (y.checked_mul(12)? + i64::from(m) - 1)
+            .checked_sub(i64::from(self.years).checked_mul(12)?)?
+            .checked_sub(i64::from(self.months))?;
         let (ny, nm) = (months.div_euclid(12), months.rem_euclid(12) as u32 + 1);
-        let shifted = days_from_civil(ny, nm, 1) + i64::from(d) - 1 - i64::from(self.days);
-        shifted * DAY_MS + time_of_day - i64::from(self.hours) * HOUR_MS
+        let shifted = days_from_civil(ny, nm, 1)
+            .checked_add(i64::from(d) - 1)?
+            .checked_sub(i64::from(self.days))?;
+        shifted
+            .checked_mul(DAY_MS)?
+            .checked_add(time_of_day)?
+            .checked_sub(i64::from(self.hours).checked_mul(HOUR_MS)?)
     }
 }
 
@@ -186,7 +233,21 @@ impl Serialize for Within {
     }
 }
 
+impl Within {
+    /// Deserializes a duration as [`Within::parse_unchecked`] does (for `#[serde(deserialize_with)]`
+    /// on configuration fields whose length [`Within::check_length`] checks afterwards).
+    pub fn deserialize_unchecked<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Within>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|s| Within::parse_unchecked(&s))
+            .transpose()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 impl<'de> Deserialize<'de> for Within {
+    /// [`Within::parse`]: the syntax and the 10,000-year limit.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Within, D::Error> {
         Within::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
@@ -316,6 +377,7 @@ impl Policy {
         };
         // A zero duration is no rule (restic: an empty `Duration`), not "keep nothing".
         let within = self.keep_within.filter(|w| *w != Within::default());
+        // `Some(None)`: before every representable time, so every backup is within.
         let within_after = within.map(|w| w.before(created[newest]));
         let mut buckets: Vec<(Bucket, Count, Option<i64>)> = [
             (Bucket::Daily, self.keep_daily),
@@ -352,7 +414,7 @@ impl Policy {
                 }
             }
             if let (Some(w), Some(after)) = (within, within_after) {
-                if t > after {
+                if after.is_none_or(|a| t > a) {
                     r.push(Reason::Within(w));
                 }
             }

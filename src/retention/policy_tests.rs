@@ -222,10 +222,16 @@ fn keep_within_is_relative_to_the_newest_backup_and_strict() {
 fn keep_within_moves_months_on_the_calendar_like_go() {
     let w = |s| Within::parse(s).unwrap();
     // Mar 31 minus one month is "Feb 31", which Go normalises to Mar 3 (2026 is not leap).
-    assert_eq!(w("1m").before(at(2026, 3, 31, 5)), at(2026, 3, 3, 5));
-    assert_eq!(w("1y").before(at(2024, 2, 29, 0)), at(2023, 3, 1, 0));
-    assert_eq!(w("1y2m3d4h").before(at(2026, 5, 10, 6)), at(2025, 3, 7, 2));
-    assert_eq!(w("13m").before(at(2026, 1, 15, 0)), at(2024, 12, 15, 0));
+    assert_eq!(w("1m").before(at(2026, 3, 31, 5)), Some(at(2026, 3, 3, 5)));
+    assert_eq!(w("1y").before(at(2024, 2, 29, 0)), Some(at(2023, 3, 1, 0)));
+    assert_eq!(
+        w("1y2m3d4h").before(at(2026, 5, 10, 6)),
+        Some(at(2025, 3, 7, 2))
+    );
+    assert_eq!(
+        w("13m").before(at(2026, 1, 15, 0)),
+        Some(at(2024, 12, 15, 0))
+    );
 }
 
 #[test]
@@ -302,4 +308,71 @@ fn bucket_rules_agree_with_a_reference_on_generated_histories() {
             );
         }
     }
+}
+
+/// Issue 31, item 3: a duration is at most 10,000 years (365.2425 days each, the Gregorian
+/// year: 315,569,520,000,000 ms); past it, or past what a number can hold at any unit, it is
+/// refused, never wrapped.
+#[test]
+fn durations_past_ten_thousand_years_are_refused() {
+    for ok in [
+        "10000y",
+        "120000m",
+        "3652425d",
+        "87658200h",
+        "9999y12m",
+        "9999y11m30d10h",
+    ] {
+        assert!(Within::parse(ok).is_ok(), "{ok} is 10,000 years at most");
+    }
+    for past in [
+        "10001y",
+        "120001m",
+        "3652426d",
+        "87658201h",
+        "10000y1h",
+        "9999y12m1h",
+        "1000000000y",
+        "4294967295y",
+        "4294967296y",
+        "4294967296m",
+        "4294967296d",
+        "4294967296h",
+        "18446744073709551616y",
+        "99999999999999999999999999999h",
+        "4294967295y4294967295m4294967295d4294967295h",
+    ] {
+        let e = Within::parse(past).unwrap_err();
+        assert!(e.contains("10,000 years"), "{past}: {e}");
+    }
+    // The longest duration still moves a time back without wrapping, at both ends of time.
+    let longest = Within::parse("10000y").unwrap();
+    assert_eq!(
+        longest.before(at(2026, 1, 1, 0)),
+        Some(at(-7974, 1, 1, 0)),
+        "calendar years"
+    );
+    for w in ["10000y", "120000m", "3652425d", "87658200h"] {
+        let w = Within::parse(w).unwrap();
+        assert_eq!(w.before(i64::MIN), None, "{w} before the earliest time");
+        assert!(w.before(i64::MAX).is_some_and(|t| t < i64::MAX), "{w}");
+        assert!(w.before(0).is_some_and(|t| t < 0), "{w}");
+    }
+    // A duration built in code (not parsed) at the counters' limits never wraps either.
+    let huge = Within {
+        years: u32::MAX,
+        months: u32::MAX,
+        days: u32::MAX,
+        hours: u32::MAX,
+    };
+    for t in [i64::MIN, -1, 0, at(2026, 1, 1, 0), i64::MAX] {
+        assert!(huge.before(t).is_none_or(|b| b < t), "{t}");
+    }
+    // Every backup within 10,000 years of the newest is kept, the newest always.
+    let p = Policy {
+        keep_within: Some(longest),
+        ..Policy::default()
+    };
+    let created = [at(2026, 1, 1, 0), at(1970, 1, 1, 0), i64::MIN + 1];
+    assert_eq!(kept(&p, &created), [true, true, false]);
 }

@@ -1,21 +1,31 @@
 //! `forget --prune`: orphaned objects, deleted once older than the grace period.
 //!
-//! An orphan is an object in a backup's layout (`{id}/queues/...`, `{id}/definitions/...`,
-//! `{id}/parts/...`, `{id}/state/...`, `{id}/manifest.json`; other keys are not the tool's and
-//! are never touched) that no manifest lists:
-//! - under a completed backup: a segment under `queues/` or a definitions file that its
-//!   manifest does not list (left by a failed upload or an earlier attempt). Its `parts/`,
-//!   `state/` and the restore's `definitions/rollback-before-import-*` snapshots are kept;
-//! - under a prefix without a manifest or parts (a run killed before its first manifest, a
-//!   backup half deleted): every object of the layout.
+//! Only what has the shape of a backup's own object is ever pruned ([`Shape`], SPEC.md
+//! "Storage layout", `crate::manifest`, `crate::shard`, `crate::lock`): `{id}/manifest.json`,
+//! segments `{id}/queues/{vhost}/{queue}/segment-<n>[.zst|.lz4][.age]`, the definitions
+//! `{id}/definitions/definitions.json[.zst|.lz4][.age]` and the restore's
+//! `{id}/definitions/rollback-before-import-*`, parts `{id}/parts/<i>-of-<n>.json`, run locks
+//! `{id}/state/lock.json` and `{id}/state/lock-part-<i>-of-<n>.json`. Anything else (a
+//! checkpoint database such as `{id}/state/offsets.db` or README's
+//! `nightly/state/offsets.db`, files of other tools) is never touched, and neither is a key the
+//! caller protects (the configuration's `offset_storage.s3_key`, [`protects`]).
+//!
+//! A prefix `{id}/` is a backup's when it holds a manifest, a part, a run lock or a segment;
+//! other prefixes are never looked at. Its orphans:
+//! - under a completed backup: a segment or a definitions file that its manifest does not list
+//!   (left by a failed upload or an earlier attempt). Its parts, locks and rollback snapshots
+//!   are kept;
+//! - under a backup prefix without a manifest or parts (a run killed before its first manifest,
+//!   a backup half deleted): every object of a backup's shape.
 //!
 //! Never touched: a prefix whose run lock is busy (`super::busy`), an interrupted backup (a
 //! rerun resumes from what it stored), a backup whose manifest cannot be read, and any object
 //! younger than the grace period or whose age the storage does not report (the memory
 //! backend): a fresh upload of a live run is never taken.
 
-use super::{busy, Options};
+use super::{busy_judged, Options};
 use crate::error::Result;
+use crate::lock::{Judge, Timing};
 use crate::manifest::Manifest;
 use crate::now_ms;
 use crate::storage::Storage;
@@ -34,36 +44,134 @@ pub struct Orphan {
     pub reason: String,
 }
 
-const LAYOUT: [&str; 4] = ["queues", "definitions", "parts", "state"];
+/// What an object below `{id}/` is, by the shape of the rest of its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// `manifest.json`.
+    Manifest,
+    /// `queues/{vhost}/{queue}/segment-<digits>[.zst|.lz4][.age]`.
+    Segment,
+    /// `definitions/definitions.json[.zst|.lz4][.age]`.
+    Definitions,
+    /// `definitions/rollback-before-import-<digits>[.zst|.lz4][.age]` (a restore's snapshot).
+    Rollback,
+    /// `parts/<i>-of-<n>.json`.
+    Part,
+    /// `state/lock.json` or `state/lock-part-<i>-of-<n>.json`.
+    Lock,
+    /// Anything else: not the tool's backup data (a checkpoint database, another tool's file).
+    Other,
+}
+
+/// True when `s` is one or more ASCII digits.
+fn digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `s` without a segment's or definitions file's extension (`.zst`, `.lz4`, then `.age`).
+fn without_ext(s: &str) -> &str {
+    let s = s.strip_suffix(".age").unwrap_or(s);
+    s.strip_suffix(".zst")
+        .or_else(|| s.strip_suffix(".lz4"))
+        .unwrap_or(s)
+}
+
+/// `<i>-of-<n>`.
+fn part_numbers(s: &str) -> bool {
+    s.split_once("-of-")
+        .is_some_and(|(i, n)| digits(i) && digits(n))
+}
+
+impl Shape {
+    /// The shape of `rest`, a key below `{id}/`.
+    pub fn of(rest: &str) -> Shape {
+        let parts: Vec<&str> = rest.split('/').collect();
+        match parts.as_slice() {
+            ["manifest.json"] => Shape::Manifest,
+            ["queues", vhost, queue, name] if !vhost.is_empty() && !queue.is_empty() => {
+                match without_ext(name).strip_prefix("segment-") {
+                    Some(n) if digits(n) => Shape::Segment,
+                    _ => Shape::Other,
+                }
+            }
+            ["definitions", name] => match without_ext(name) {
+                "definitions.json" => Shape::Definitions,
+                n if n
+                    .strip_prefix("rollback-before-import-")
+                    .is_some_and(digits) =>
+                {
+                    Shape::Rollback
+                }
+                _ => Shape::Other,
+            },
+            ["parts", name] if name.strip_suffix(".json").is_some_and(part_numbers) => Shape::Part,
+            ["state", "lock.json"] => Shape::Lock,
+            ["state", name]
+                if name
+                    .strip_prefix("lock-part-")
+                    .and_then(|n| n.strip_suffix(".json"))
+                    .is_some_and(part_numbers) =>
+            {
+                Shape::Lock
+            }
+            _ => Shape::Other,
+        }
+    }
+
+    /// True for the objects that make a prefix a backup's: manifest, part, run lock, segment.
+    fn marks_a_backup(self) -> bool {
+        matches!(
+            self,
+            Shape::Manifest | Shape::Part | Shape::Lock | Shape::Segment
+        )
+    }
+}
+
+/// True when `key` is one of the `protected` keys (a configured checkpoint database) or a
+/// sibling of one (`<key>.<anything>`, `<key>-<anything>`: an upload's temporary name, a SQLite
+/// `-wal` or `-journal` copy). Such keys are never pruned nor deleted with a backup.
+pub fn protects(protected: &[String], key: &str) -> bool {
+    protected.iter().any(|p| {
+        key.strip_prefix(p.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('-'))
+    })
+}
 
 /// Finds the orphans of `storage` and deletes those older than `opts.prune_grace` (unless a
-/// dry run). Delete failures are added to `errors` naming the key.
+/// dry run), never a key [`protects`] keeps. Delete failures are added to `errors` naming the
+/// key.
 ///
 /// Errors: storage failures listing or reading.
 pub fn prune(
     storage: &dyn Storage,
     opts: &Options,
+    protected: &[String],
     errors: &mut Vec<String>,
 ) -> Result<Vec<Orphan>> {
     let now = now_ms();
+    // `None`: the grace reaches before every representable time, so nothing is old enough.
     let cutoff = opts.prune_grace.before(now);
     let grace = opts.prune_grace.to_string();
     let ids: BTreeSet<String> = storage.list_backup_ids()?.into_iter().collect();
-    let mut groups: BTreeMap<String, Vec<(String, Option<i64>)>> = BTreeMap::new();
+    let mut groups: BTreeMap<String, Vec<(String, Shape, Option<i64>)>> = BTreeMap::new();
     for (key, t) in storage.list_with_times("")? {
         let Some((id, rest)) = key.split_once('/') else {
             continue;
         };
-        let top = rest.split('/').next().unwrap_or("");
-        let in_layout =
-            rest == crate::storage::MANIFEST_FILE || (LAYOUT.contains(&top) && rest.contains('/'));
-        if in_layout {
-            groups.entry(id.to_string()).or_default().push((key, t));
+        let shape = Shape::of(rest);
+        if shape != Shape::Other && !protects(protected, &key) {
+            groups
+                .entry(id.to_string())
+                .or_default()
+                .push((key, shape, t));
         }
     }
+    groups.retain(|_, keys| keys.iter().any(|(_, s, _)| s.marks_a_backup()));
+    let clock = now_ms;
+    let judge = Judge::new(storage, Timing::from_env(), &clock);
     let mut out = Vec::new();
     for (id, keys) in groups {
-        if let Some(why) = busy(storage, &id)? {
+        if let Some(why) = busy_judged(&judge, storage, &id)? {
             log::debug!("prune: {id}/ skipped: {why}");
             continue;
         }
@@ -82,19 +190,15 @@ pub fn prune(
                 .flat_map(|q| q.segments.iter().map(|s| s.key.as_str()))
                 .chain(m.definitions.as_ref().map(|d| d.key.as_str()))
                 .collect();
-            let queues = format!("{id}/queues/");
-            let defs = format!("{id}/definitions/");
             keys.into_iter()
-                .filter(|(k, _)| {
-                    let orphan_segment = k.starts_with(&queues);
-                    let orphan_defs = k
-                        .strip_prefix(&defs)
-                        .is_some_and(|n| !n.starts_with("rollback-before-import-"));
-                    (orphan_segment || orphan_defs) && !listed.contains(k.as_str())
+                .filter(|(k, shape, _)| {
+                    matches!(shape, Shape::Segment | Shape::Definitions)
+                        && !listed.contains(k.as_str())
                 })
+                .map(|(k, _, t)| (k, t))
                 .collect()
         } else {
-            keys
+            keys.into_iter().map(|(k, _, t)| (k, t)).collect()
         };
         let mut doomed = Vec::new();
         for (key, modified_at) in candidates {
@@ -103,7 +207,7 @@ pub fn prune(
                     false,
                     "age unknown (the storage reports no time)".to_string(),
                 ),
-                Some(t) if t > cutoff => (false, format!("younger than {grace}")),
+                Some(t) if cutoff.is_none_or(|c| t > c) => (false, format!("younger than {grace}")),
                 Some(_) => (true, format!("older than {grace}")),
             };
             if remove {

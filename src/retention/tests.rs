@@ -296,3 +296,186 @@ fn prune_leaves_the_prefix_of_a_run_that_holds_its_lock() {
     assert_eq!(r.orphans.len(), 2, "{:?}", r.orphans);
     assert!(fs.list("starting/").unwrap().is_empty());
 }
+
+#[test]
+fn only_objects_of_a_backups_shape_are_pruned() {
+    use prune::Shape;
+    for (rest, shape) in [
+        ("manifest.json", Shape::Manifest),
+        ("queues/_default/q/segment-0001.zst", Shape::Segment),
+        ("queues/v/q/segment-12345", Shape::Segment),
+        ("queues/v/q/segment-0001.lz4.age", Shape::Segment),
+        ("definitions/definitions.json.zst.age", Shape::Definitions),
+        ("definitions/definitions.json", Shape::Definitions),
+        ("definitions/rollback-before-import-17.zst", Shape::Rollback),
+        ("parts/0-of-3.json", Shape::Part),
+        ("state/lock.json", Shape::Lock),
+        ("state/lock-part-1-of-3.json", Shape::Lock),
+        ("state/offsets.db", Shape::Other),
+        ("state/lock-part-x-of-3.json", Shape::Other),
+        ("queues/v/q/offsets.db", Shape::Other),
+        ("queues/v/segment-0001.zst", Shape::Other),
+        ("queues/v/q/segment-.zst", Shape::Other),
+        ("queues/v/q/r/segment-0001.zst", Shape::Other),
+        ("parts/x.json", Shape::Other),
+        ("definitions/other.json", Shape::Other),
+        ("notes.txt", Shape::Other),
+    ] {
+        assert_eq!(Shape::of(rest), shape, "{rest}");
+    }
+    let keys = ["nightly/state/offsets.db".to_string()];
+    assert!(prune::protects(&keys, "nightly/state/offsets.db"));
+    assert!(prune::protects(&keys, "nightly/state/offsets.db-wal"));
+    assert!(prune::protects(
+        &keys,
+        "nightly/state/offsets.db.partial-1-2"
+    ));
+    assert!(!prune::protects(&keys, "nightly/state/offsets.dbx"));
+    assert!(!prune::protects(&keys, "nightly/state/lock.json"));
+}
+
+/// Issue 31, item 4: a checkpoint database is never an orphan (README's
+/// `nightly/state/offsets.db`, under a prefix with no manifest, nor SPEC.md's
+/// `{backup_id}/state/offsets.db` of a half-deleted backup), and a configured one is not
+/// deleted with the backup it lies in.
+#[test]
+fn checkpoint_databases_are_never_pruned() {
+    let dir = crate::storage::conformance::TempDir::new("prune-ckpt");
+    let fs = crate::storage::open_filesystem(&dir.0, None).unwrap();
+    backup(fs.as_ref(), "new", 2 * DAY, true);
+    backup(fs.as_ref(), "old", DAY, true);
+    fs.put_bytes("nightly/state/offsets.db", b"SQLite").unwrap();
+    fs.put_bytes("old/state/offsets.db", b"SQLite").unwrap();
+    // Half deleted: its manifest is gone, its segment and checkpoint are left.
+    backup(fs.as_ref(), "gone", 0, true);
+    fs.delete("gone/manifest.json").unwrap();
+    fs.put_bytes("gone/state/offsets.db", b"SQLite").unwrap();
+    let mut o = opts(last(1));
+    o.prune = true;
+    o.prune_grace = Within::parse("0h").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let protected = ["old/state/offsets.db".to_string()];
+    let r = forget_keeping(&fs, &o, &protected).unwrap();
+    assert_eq!(actions(&r), [("new".into(), false), ("old".into(), true)]);
+    let orphans: Vec<&str> = r.orphans.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(orphans, ["gone/queues/_default/q/segment-0001.zst"]);
+    assert_eq!(
+        fs.list("").unwrap(),
+        [
+            "gone/state/offsets.db",
+            "new/manifest.json",
+            "new/queues/_default/q/segment-0001.zst",
+            "nightly/state/offsets.db",
+            "old/state/offsets.db",
+        ]
+    );
+}
+
+/// A storage that starts another run of the backup (takes its run lock, as `backup` does)
+/// just before a run lock is deleted, and gives it until the delete to get the lock.
+struct RunStartsAtLockDelete {
+    inner: Arc<dyn Storage>,
+    started: std::sync::Mutex<Option<std::thread::JoinHandle<crate::lock::RunLock>>>,
+}
+
+/// The other run's timing: heartbeat 50 ms, lease 400 ms, takeover 800 ms.
+const OTHER_RUN: crate::lock::Timing = crate::lock::Timing {
+    heartbeat: std::time::Duration::from_millis(50),
+    lease: std::time::Duration::from_millis(400),
+    takeover: std::time::Duration::from_millis(800),
+};
+
+impl Storage for RunStartsAtLockDelete {
+    fn put_file(&self, k: &str, p: &std::path::Path) -> Result<()> {
+        self.inner.put_file(k, p)
+    }
+    fn put_bytes(&self, k: &str, d: &[u8]) -> Result<()> {
+        self.inner.put_bytes(k, d)
+    }
+    fn get_bytes(&self, k: &str) -> Result<Vec<u8>> {
+        self.inner.get_bytes(k)
+    }
+    fn get_to_file(&self, k: &str, p: &std::path::Path) -> Result<u64> {
+        self.inner.get_to_file(k, p)
+    }
+    fn head(&self, k: &str) -> Result<Option<u64>> {
+        self.inner.head(k)
+    }
+    fn list(&self, p: &str) -> Result<Vec<String>> {
+        self.inner.list(p)
+    }
+    fn delete(&self, k: &str) -> Result<()> {
+        let mut started = self.started.lock().unwrap();
+        if k.ends_with("/state/lock.json") && started.is_none() {
+            let (storage, id) = (self.inner.clone(), k.split('/').next().unwrap().to_string());
+            let (tx, rx) = std::sync::mpsc::channel();
+            *started = Some(std::thread::spawn(move || {
+                let lock = crate::lock::RunLock::acquire_with(storage, &id, OTHER_RUN)
+                    .expect("the other run takes the lock");
+                let _ = tx.send(());
+                lock
+            }));
+            // The other run gets the lock at once, or waits for it: either way the delete
+            // goes on after this.
+            let _ = rx.recv_timeout(std::time::Duration::from_millis(500));
+        }
+        drop(started);
+        self.inner.delete(k)
+    }
+    fn put_bytes_new(&self, k: &str, d: &[u8]) -> Result<crate::storage::Conditional> {
+        self.inner.put_bytes_new(k, d)
+    }
+    fn put_file_new(&self, k: &str, p: &std::path::Path) -> Result<crate::storage::Conditional> {
+        self.inner.put_file_new(k, p)
+    }
+    fn get_with_version(
+        &self,
+        k: &str,
+    ) -> Result<Option<(Vec<u8>, crate::storage::ObjectVersion)>> {
+        self.inner.get_with_version(k)
+    }
+    fn put_bytes_if(
+        &self,
+        k: &str,
+        d: &[u8],
+        v: &crate::storage::ObjectVersion,
+    ) -> Result<crate::storage::Conditional> {
+        self.inner.put_bytes_if(k, d, v)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+}
+
+/// Issue 31, item 5: a run that starts on a backup while `forget` deletes it keeps its lock
+/// (before, forget released the lock, the run took it, and forget deleted it under the run).
+#[test]
+fn a_run_starting_while_forget_deletes_its_backup_keeps_its_lock() {
+    let inner = store(line!());
+    backup(inner.as_ref(), "a", 0, true);
+    backup(inner.as_ref(), "b", DAY, true);
+    let hooked = Arc::new(RunStartsAtLockDelete {
+        inner: inner.clone(),
+        started: std::sync::Mutex::new(None),
+    });
+    let s: Arc<dyn Storage> = hooked.clone();
+    let r = forget(&s, &opts(last(1))).unwrap();
+    assert_eq!(actions(&r), [("a".into(), true), ("b".into(), false)]);
+    let other = hooked
+        .started
+        .lock()
+        .unwrap()
+        .take()
+        .expect("a run started during the delete")
+        .join()
+        .expect("the other run got the lock");
+    std::thread::sleep(OTHER_RUN.heartbeat * 4);
+    assert_eq!(other.lost(), None, "the other run still holds its lock");
+    let stored = crate::lock::read(inner.as_ref(), "a").unwrap();
+    assert_eq!(
+        stored.map(|l| l.run_id),
+        Some(other.run_id().to_string()),
+        "its lock is stored"
+    );
+    other.release();
+}

@@ -507,6 +507,7 @@ pub(crate) mod conformance {
         backup_ids(s, &root);
         conditional_writes(s, &root, &tmp);
         batch_delete_and_times(s, &root);
+        lock_age_by_the_storages_clock(s, &root);
         assert!(!s.location().is_empty());
         for k in s.list(&format!("{root}/")).expect("final list") {
             s.delete(&k).expect("cleanup");
@@ -581,6 +582,34 @@ pub(crate) mod conformance {
             }
         });
         assert_eq!(won.load(Ordering::Relaxed), 1, "one writer creates the key");
+    }
+
+    /// A run lock is judged by the storage's clock (`crate::lock::Judge`, issue 31 item 5): a
+    /// lock written a moment ago by a writer whose clock is an hour slow is busy for a reader
+    /// whose clock is 3 minutes fast, on every backend that stamps its objects; the probe that
+    /// measures the storage's clock is deleted again.
+    fn lock_age_by_the_storages_clock(s: &dyn Storage, root: &str) {
+        let name = crate::lock::LockName::backup(&format!("{root}/skew"));
+        let now = crate::now_ms();
+        let lock = serde_json::json!({
+            "run_id": "elsewhere-1-0", "host": "elsewhere", "pid": 1, "started_at": now - 3_600_000,
+            "heartbeat_at": now - 3_600_000, "ended_at": null
+        });
+        s.put_bytes_new(&name.key, lock.to_string().as_bytes())
+            .expect("lock");
+        let stamped = s.list_with_times(&name.key).expect("times")[0].1.is_some();
+        let fast = || crate::now_ms() + 180_000;
+        let judge = crate::lock::Judge::new(s, crate::lock::Timing::DEFAULT, &fast);
+        let busy = judge.busy(&name).expect("judge");
+        if stamped {
+            let age = busy.expect("a fresh lock is busy").1.expect("age");
+            assert!((0..30_000).contains(&age), "age {age} ms");
+        } else {
+            assert!(busy.is_none(), "no stamps: the heartbeat tells");
+        }
+        let left = s.list(&format!("{root}/skew/")).expect("list");
+        assert_eq!(left, [name.key.as_str()], "the probe is deleted");
+        s.delete(&name.key).expect("delete");
     }
 
     /// `delete_many` removes every key given (missing ones too) and nothing else;

@@ -12,14 +12,24 @@
 //! wrote last. Two runs can therefore never both believe they hold it: a run whose write is
 //! refused has lost the lock, and stops. A run that cannot renew its lock within
 //! [`Timing::lease`] (a storage that stalls) stops its own writes too ([`RunLock::check`]),
-//! before any other run may take the lock over: that happens only once the heartbeat is
+//! before any other run may take the lock over: that happens only once the lock's last write is
 //! [`Timing::takeover`] old, well beyond the retry budget of one storage request, or at once
 //! when the lock's run has ended, or when the reader runs on the writer's host and PID namespace
 //! and the writer's process is gone (a killed run retried at once by cron or a shell loop).
+//! The age of a lock's last write is told by the storage's own time, never by comparing the
+//! writer's clock with the reader's ([`age`]: a reader whose clock runs fast takes no live
+//! lock).
 //!
 //! The status of a backup whose manifest has no `completed_at`: `running` while the lock is
 //! live ([`LockInfo::is_live`]: not ended, renewed within the lease, writer not known gone),
-//! else `interrupted`. A run never deletes the lock (a backup needs no delete permission).
+//! else `interrupted`. A run never deletes the lock (a backup needs no delete permission; a
+//! run that judges another's lock tries to delete its clock probe, [`age`], and leaves it when
+//! refused); `forget` deletes a lock it holds ([`RunLock::delete`]).
+
+mod age;
+
+use age::{refused, wait_for_other_run};
+pub use age::{Clock, Judge, Look, StorageClock};
 
 use crate::error::{Error, Result};
 use crate::now_ms;
@@ -132,22 +142,9 @@ impl LockInfo {
     /// [`STALE_AFTER_MS`] before `now` (epoch ms), and not a writer known to be gone (same host
     /// and PID namespace as this process, and no such process, or a zombie).
     pub fn is_live(&self, now: i64) -> bool {
-        self.ended_at.is_none() && now - self.heartbeat_at < STALE_AFTER_MS && !self.writer_gone()
-    }
-
-    /// True while a run may still write under this lock: it may not be taken over yet
-    /// ([`LockInfo::may_be_taken`] is false). Stricter than [`LockInfo::is_live`] (a lock
-    /// between the lease and the takeover age is busy but not live): what `forget` leaves alone.
-    pub fn is_busy(&self, now: i64, timing: &Timing) -> bool {
-        !self.may_be_taken(now, timing)
-    }
-
-    /// True when another run may take this lock over at `now` (epoch ms): its run ended, its
-    /// writer is known to be gone, or its heartbeat is `timing.takeover` old.
-    pub fn may_be_taken(&self, now: i64, timing: &Timing) -> bool {
-        self.ended_at.is_some()
-            || self.writer_gone()
-            || now - self.heartbeat_at >= timing.takeover.as_millis() as i64
+        self.ended_at.is_none()
+            && now.saturating_sub(self.heartbeat_at) < STALE_AFTER_MS
+            && !self.writer_gone()
     }
 
     /// True when this process can see that the writer's process no longer exists.
@@ -158,14 +155,20 @@ impl LockInfo {
             && !process_alive(self.pid)
     }
 
-    /// `host <host> (pid <pid>), last heartbeat <n> s ago`, for messages.
+    /// `host <host> (pid <pid>), last heartbeat <n> s ago`, for messages: the age by the
+    /// reader's clock `now` (see [`LockInfo::describe_age`] for the storage's).
     pub fn describe(&self, now: i64) -> String {
-        format!(
-            "host {} (pid {}), last heartbeat {} s ago",
-            self.host,
-            self.pid,
-            (now - self.heartbeat_at).max(0) / 1000
-        )
+        self.describe_age(Some(now.saturating_sub(self.heartbeat_at)))
+    }
+
+    /// `host <host> (pid <pid>), last heartbeat <n> s ago` with the age (ms) of its last write
+    /// ([`Judge::age`]); without `, last ...` when the age is unknown.
+    pub fn describe_age(&self, age_ms: Option<i64>) -> String {
+        let mut s = format!("host {} (pid {})", self.host, self.pid);
+        if let Some(a) = age_ms {
+            s.push_str(&format!(", last heartbeat {} s ago", a.max(0) / 1000));
+        }
+        s
     }
 }
 
@@ -223,60 +226,6 @@ fn process_alive(pid: u32) -> bool {
     !matches!(state, Some('Z') | Some('X') | None)
 }
 
-fn refused(name: &LockName, other: &LockInfo, now: i64) -> Error {
-    Error::Config(format!(
-        "{} is being written by another run on {}; wait for it to end or choose another backup_id",
-        name.label,
-        other.describe(now),
-    ))
-}
-
-/// Watches the lock `seen` of another run, which may not be taken yet: `Ok(())` once it may
-/// be (it ended, its writer is gone, its heartbeat became `timing.takeover` old) or it is
-/// gone; the caller then tries to take it. Errors: `Configuration error: backup <id> is being
-/// written by another run ...` when its heartbeat moves; storage errors.
-fn wait_for_other_run(
-    storage: &dyn Storage,
-    name: &LockName,
-    seen: &LockInfo,
-    timing: &Timing,
-) -> Result<()> {
-    let now = now_ms();
-    let left = timing.takeover.as_millis() as i64 - (now - seen.heartbeat_at);
-    log::info!(
-        "{} has the lock of another run ({}); watching its heartbeat for up to {} s (a lock is taken over once its heartbeat is {} s old)",
-        name.label,
-        seen.describe(now),
-        left.max(0) / 1000 + 1,
-        timing.takeover.as_secs()
-    );
-    let poll = timing.heartbeat.min(Duration::from_secs(1));
-    loop {
-        std::thread::sleep(poll);
-        let now = now_ms();
-        match read_named(storage, name)? {
-            None => return Ok(()),
-            Some(other)
-                if other.run_id != seen.run_id || other.heartbeat_at != seen.heartbeat_at =>
-            {
-                if other.may_be_taken(now, timing) {
-                    return Ok(());
-                }
-                return Err(refused(name, &other, now));
-            }
-            Some(other) if other.may_be_taken(now, timing) => {
-                log::warn!(
-                    "{}: the run on {} is gone or stopped renewing its lock; taking the lock over",
-                    name.label,
-                    other.describe(now)
-                );
-                return Ok(());
-            }
-            Some(_) => {}
-        }
-    }
-}
-
 /// What the heartbeat thread and the run share.
 struct Shared {
     storage: Arc<dyn Storage>,
@@ -331,9 +280,8 @@ impl Shared {
             Ok(Conditional::Refused) => match read_versioned(self.storage.as_ref(), &self.name) {
                 Ok(Some((Some(stored), v))) if stored.run_id == info.run_id => v,
                 Ok(other) => {
-                    let now = now_ms();
                     let by = match other {
-                        Some((Some(o), _)) => o.describe(now),
+                        Some((Some(o), _)) => o.describe(now_ms()),
                         _ => "a lock that is gone or damaged".to_string(),
                     };
                     self.lose(format!(
@@ -468,34 +416,39 @@ impl RunLock {
         let run_id = info.run_id.clone();
         let mut version = None;
         let mut replaced = None;
+        let clock = now_ms;
+        let judge = Judge::new(storage.as_ref(), timing, &clock);
         // Each pass either takes the lock or sees another run take it: a few at most.
         for _ in 0..5 {
             if let Conditional::Written(v) = storage.put_bytes_new(&key, &json)? {
                 version = Some(v);
                 break;
             }
-            let Some((other, seen)) = read_versioned(storage.as_ref(), &name)? else {
+            let Some(mut look) = judge.look(&name)? else {
                 continue;
             };
-            if let Some(other) = &other {
-                if !other.may_be_taken(now_ms(), &timing) {
-                    wait_for_other_run(storage.as_ref(), &name, other, &timing)?;
-                    continue;
+            if !judge.may_be_taken(&name, &look, judge.now())? {
+                match wait_for_other_run(&judge, &name, look)? {
+                    Some(takeable) => look = takeable,
+                    None => continue,
                 }
             }
-            match storage.put_bytes_if(&key, &json, &seen)? {
+            // Conditional on the version judged: refused when its run renewed it since.
+            match storage.put_bytes_if(&key, &json, &look.version)? {
                 Conditional::Written(v) => {
                     version = Some(v);
-                    replaced = other.filter(|o| o.ended_at.is_none());
+                    replaced = look.info.filter(|o| o.ended_at.is_none());
                     break;
                 }
                 Conditional::Refused => continue,
             }
         }
         let Some(version) = version else {
-            let now = now_ms();
-            return Err(match read_named(storage.as_ref(), &name)? {
-                Some(other) => refused(&name, &other, now),
+            return Err(match judge.look(&name)? {
+                Some(look) => {
+                    let age = judge.age(&name, &look, judge.now())?;
+                    refused(&name, look.info.as_ref(), age)
+                }
                 None => Error::Storage(format!("{key}: the run lock could not be taken")),
             });
         };
@@ -564,9 +517,41 @@ impl RunLock {
         self.stop();
     }
 
-    fn stop(&mut self) {
+    /// Deletes the lock while this run still holds it (`forget`, once the backup it holds is
+    /// deleted): stops the heartbeat without writing `ended_at`, checks that the run still
+    /// holds the lock ([`RunLock::check`]) and that the stored lock is the version it wrote
+    /// last, then deletes it. Until the delete the lock reads as held and live, so a run that
+    /// starts meanwhile waits for it (and then finds no lock and creates its own) or is
+    /// refused: there is no moment at which another run holds a lock that this delete removes
+    /// (a takeover needs the lock unrenewed for [`Timing::takeover`], and the check asks for a
+    /// renewal within the lease).
+    ///
+    /// Errors: `Storage error: ...` when the run no longer holds the lock, its heartbeat did
+    /// not stop in time (a renewal stuck in the storage), or the storage fails; the lock is then
+    /// left for its lease to run out (or for the run that holds it).
+    pub fn delete(mut self) -> Result<()> {
+        let label = self.shared.name.label.clone();
+        if !self.stop_heartbeat() {
+            return Err(Error::Storage(format!(
+                "run lock of {label}: the heartbeat did not stop (a renewal is stuck in the storage); the lock is left in place"
+            )));
+        }
+        self.check()?;
+        let key = &self.shared.name.key;
+        let held = self.shared.held.lock().ok().map(|h| h.version.clone());
+        match self.shared.storage.get_with_version(key)? {
+            Some((_, stored)) if Some(&stored) == held.as_ref() => self.shared.storage.delete(key),
+            _ => Err(Error::Storage(format!(
+                "run lock of {label}: another run holds it now; it is left in place"
+            ))),
+        }
+    }
+
+    /// Stops the heartbeat thread, waiting at most [`stop_wait`]: true when it ended (false when
+    /// a renewal is stuck in the storage, or it was stopped before).
+    fn stop_heartbeat(&mut self) -> bool {
         let Some(thread) = self.thread.take() else {
-            return;
+            return false;
         };
         if let Ok(mut stopped) = self.shared.stop.lock() {
             *stopped = true;
@@ -581,10 +566,14 @@ impl RunLock {
                 wait.as_millis(),
                 self.shared.timing.lease.as_secs()
             );
-            return;
+            return false;
         }
         let _ = thread.join();
-        if self.shared.lost_flag.load(Ordering::Relaxed) {
+        true
+    }
+
+    fn stop(&mut self) {
+        if !self.stop_heartbeat() || self.shared.lost_flag.load(Ordering::Relaxed) {
             return;
         }
         let now = now_ms();
@@ -609,318 +598,4 @@ impl Drop for RunLock {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::memory::MemoryStorage;
-
-    fn info(heartbeat_at: i64, ended_at: Option<i64>) -> LockInfo {
-        LockInfo {
-            run_id: "h-1-0".into(),
-            host: "h".into(),
-            pid: 1,
-            pid_namespace: None,
-            started_at: 0,
-            heartbeat_at,
-            ended_at,
-        }
-    }
-
-    #[test]
-    fn liveness_follows_the_heartbeat_the_end_and_the_process() {
-        assert!(info(1_000, None).is_live(1_000 + STALE_AFTER_MS - 1));
-        assert!(!info(1_000, None).is_live(1_000 + STALE_AFTER_MS));
-        assert!(!info(1_000, Some(1_000)).is_live(1_001));
-        let here = |pid| LockInfo {
-            host: host_name(),
-            pid,
-            pid_namespace: pid_namespace(),
-            ..info(1_000, None)
-        };
-        assert!(here(std::process::id()).is_live(1_001), "this process");
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let gone = child.id();
-        child.wait().unwrap();
-        assert!(!here(gone).is_live(1_001), "a process that exited");
-        let elsewhere = LockInfo {
-            host: "elsewhere".into(),
-            ..here(gone)
-        };
-        assert!(
-            elsewhere.is_live(1_001),
-            "another host: only the heartbeat tells"
-        );
-        assert!(process_alive(std::process::id()) && !process_alive(gone));
-    }
-
-    /// Fast timing for tests: heartbeat 50 ms, lease 400 ms, takeover 800 ms.
-    const FAST: Timing = Timing {
-        heartbeat: Duration::from_millis(50),
-        lease: Duration::from_millis(400),
-        takeover: Duration::from_millis(800),
-    };
-
-    fn store(tag: u32) -> Arc<dyn Storage> {
-        MemoryStorage::named(&format!("lock-test-{}-{tag}", std::process::id()))
-    }
-
-    #[test]
-    fn a_lock_whose_heartbeat_stands_still_is_taken_over_once_it_is_old() {
-        let storage = store(line!());
-        let frozen = LockInfo {
-            host: "elsewhere".into(),
-            ..info(now_ms(), None)
-        };
-        storage
-            .put_bytes(&lock_key("b"), &serde_json::to_vec(&frozen).unwrap())
-            .unwrap();
-        let t = std::time::Instant::now();
-        let lock = RunLock::acquire_with(storage.clone(), "b", FAST).expect("taken over");
-        assert!(
-            t.elapsed() >= FAST.takeover - Duration::from_millis(50),
-            "{:?}",
-            t.elapsed()
-        );
-        let now = read(storage.as_ref(), "b").unwrap().unwrap();
-        assert_eq!(now.pid, std::process::id());
-        lock.release();
-    }
-
-    #[test]
-    fn a_live_lock_refuses_a_second_run_and_an_ended_one_does_not() {
-        let storage = store(line!());
-        let first = RunLock::acquire_with(storage.clone(), "b", FAST).expect("first");
-        let live = read(storage.as_ref(), "b").unwrap().expect("lock written");
-        assert!(live.is_live(now_ms()) && live.ended_at.is_none());
-        // The first run's heartbeat moves while the second watches: refused.
-        let err = RunLock::acquire_with(storage.clone(), "b", FAST)
-            .err()
-            .expect("refused");
-        assert!(
-            err.to_string().starts_with(
-                "Configuration error: backup b is being written by another run on host "
-            ),
-            "{err}"
-        );
-        assert!(first.lost().is_none(), "the second run wrote nothing");
-        first.release();
-        let ended = read(storage.as_ref(), "b").unwrap().unwrap();
-        assert!(ended.ended_at.is_some() && !ended.is_live(now_ms()));
-        RunLock::acquire_with(storage.clone(), "b", FAST)
-            .expect("after the end")
-            .release();
-    }
-
-    #[test]
-    fn of_two_runs_starting_at_once_one_takes_the_lock() {
-        let storage = store(line!());
-        let won = std::sync::atomic::AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..4 {
-                let (storage, won) = (storage.clone(), &won);
-                s.spawn(move || {
-                    if let Ok(lock) = RunLock::acquire_with(storage, "race", FAST) {
-                        won.fetch_add(1, Ordering::Relaxed);
-                        // Hold it while the others try.
-                        std::thread::sleep(FAST.takeover / 2);
-                        std::mem::forget(lock);
-                    }
-                });
-            }
-        });
-        assert_eq!(won.load(Ordering::Relaxed), 1);
-    }
-
-    #[test]
-    fn a_stale_or_damaged_lock_is_no_lock() {
-        let storage = store(line!());
-        let stale = LockInfo {
-            host: "elsewhere".into(),
-            ..info(now_ms() - FAST.takeover.as_millis() as i64 - 1, None)
-        };
-        storage
-            .put_bytes(&lock_key("b"), &serde_json::to_vec(&stale).unwrap())
-            .unwrap();
-        let t = std::time::Instant::now();
-        RunLock::acquire_with(storage.clone(), "b", FAST)
-            .expect("stale lock")
-            .release();
-        assert!(t.elapsed() < FAST.takeover, "taken at once");
-        storage.put_bytes(&lock_key("c"), b"{not json").unwrap();
-        assert_eq!(read(storage.as_ref(), "c").unwrap(), None);
-        RunLock::acquire_with(storage.clone(), "c", FAST)
-            .expect("damaged lock")
-            .release();
-    }
-
-    #[test]
-    fn a_taken_over_lock_is_noticed_and_left_alone() {
-        let storage = store(line!());
-        let lock = RunLock::acquire_with(storage.clone(), "b", FAST).expect("lock");
-        let other = LockInfo {
-            run_id: "other-2-5".into(),
-            ..info(now_ms(), None)
-        };
-        storage
-            .put_bytes(&lock_key("b"), &serde_json::to_vec(&other).unwrap())
-            .unwrap();
-        lock.shared.renew(|i| i.heartbeat_at = now_ms());
-        assert!(lock
-            .lost()
-            .unwrap()
-            .contains("another run took over backup b"));
-        assert!(lock
-            .check()
-            .unwrap_err()
-            .to_string()
-            .starts_with("Storage error: another run took over backup b"));
-        lock.release();
-        assert_eq!(
-            read(storage.as_ref(), "b").unwrap(),
-            Some(other),
-            "not overwritten"
-        );
-    }
-
-    /// A storage whose conditional replaces hang while `stalled` is set.
-    struct Stalling {
-        inner: Arc<dyn Storage>,
-        stalled: AtomicBool,
-    }
-
-    impl Storage for Stalling {
-        fn put_file(&self, k: &str, p: &std::path::Path) -> Result<()> {
-            self.inner.put_file(k, p)
-        }
-        fn put_bytes(&self, k: &str, d: &[u8]) -> Result<()> {
-            self.inner.put_bytes(k, d)
-        }
-        fn get_bytes(&self, k: &str) -> Result<Vec<u8>> {
-            self.inner.get_bytes(k)
-        }
-        fn get_to_file(&self, k: &str, p: &std::path::Path) -> Result<u64> {
-            self.inner.get_to_file(k, p)
-        }
-        fn head(&self, k: &str) -> Result<Option<u64>> {
-            self.inner.head(k)
-        }
-        fn list(&self, p: &str) -> Result<Vec<String>> {
-            self.inner.list(p)
-        }
-        fn delete(&self, k: &str) -> Result<()> {
-            self.inner.delete(k)
-        }
-        fn put_bytes_new(&self, k: &str, d: &[u8]) -> Result<Conditional> {
-            self.inner.put_bytes_new(k, d)
-        }
-        fn put_file_new(&self, k: &str, p: &std::path::Path) -> Result<Conditional> {
-            self.inner.put_file_new(k, p)
-        }
-        fn get_with_version(&self, k: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
-            self.inner.get_with_version(k)
-        }
-        fn put_bytes_if(&self, k: &str, d: &[u8], v: &ObjectVersion) -> Result<Conditional> {
-            while self.stalled.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            self.inner.put_bytes_if(k, d, v)
-        }
-        fn location(&self) -> String {
-            self.inner.location()
-        }
-    }
-
-    /// Every way a run ends (release, drop on an error path, a lost lock, a renewal stuck in the
-    /// storage) stops the heartbeat thread within the bounded wait; a generous deadline only
-    /// catches a hang (no timing is asserted).
-    #[test]
-    fn every_exit_path_stops_the_heartbeat() {
-        fn ends_within(what: &str, f: impl FnOnce() + Send + 'static) {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                f();
-                let _ = tx.send(());
-            });
-            rx.recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|_| panic!("{what}: the heartbeat was not stopped"));
-        }
-        // A heartbeat far longer than the test: a stop that waits for the next beat hangs.
-        let slow = Timing {
-            heartbeat: Duration::from_secs(3600),
-            lease: Duration::from_secs(7200),
-            takeover: Duration::from_secs(10800),
-        };
-        let storage = store(line!());
-        let lock = RunLock::acquire_with(storage.clone(), "released", slow).expect("lock");
-        ends_within("release", move || lock.release());
-        let lock = RunLock::acquire_with(storage.clone(), "dropped", slow).expect("lock");
-        ends_within("drop", move || {
-            let failing = || -> Result<()> {
-                let _held = lock;
-                Err(Error::Storage("a queue failed".into()))
-            };
-            assert!(failing().is_err());
-        });
-        for id in ["released", "dropped"] {
-            let l = read(storage.as_ref(), id).unwrap().unwrap();
-            assert!(l.ended_at.is_some(), "{id}: ended_at written");
-        }
-        // A stop asked while a renewal is in flight: seen when the renewal returns.
-        let stalling = Arc::new(Stalling {
-            inner: store(line!()),
-            stalled: AtomicBool::new(false),
-        });
-        let storage: Arc<dyn Storage> = stalling.clone();
-        let lock = RunLock::acquire_with(storage.clone(), "b", FAST).expect("lock");
-        stalling.stalled.store(true, Ordering::Relaxed);
-        std::thread::sleep(FAST.heartbeat * 3);
-        // The renewal hangs in the storage: release still returns, after the bounded wait.
-        ends_within("stuck renewal", move || lock.release());
-        stalling.stalled.store(false, Ordering::Relaxed);
-        // A lost lock: the thread ended by itself; release returns at once.
-        let storage = store(line!());
-        let lock = RunLock::acquire_with(storage.clone(), "lost", FAST).expect("lock");
-        let other = LockInfo {
-            run_id: "other-2-5".into(),
-            ..info(now_ms(), None)
-        };
-        storage
-            .put_bytes(&lock_key("lost"), &serde_json::to_vec(&other).unwrap())
-            .unwrap();
-        while lock.lost().is_none() {
-            std::thread::sleep(FAST.heartbeat);
-        }
-        ends_within("lost", move || lock.release());
-        assert_eq!(read(storage.as_ref(), "lost").unwrap(), Some(other));
-    }
-
-    #[test]
-    fn busy_is_stricter_than_live() {
-        let now = 1_000_000;
-        let between = info(now - STALE_AFTER_MS - 1, None);
-        assert!(!between.is_live(now) && between.is_busy(now, &Timing::DEFAULT));
-        let old = info(now - Timing::DEFAULT.takeover.as_millis() as i64, None);
-        assert!(!old.is_busy(now, &Timing::DEFAULT));
-        assert!(!info(now, Some(now)).is_busy(now, &Timing::DEFAULT));
-    }
-
-    #[test]
-    fn a_run_that_cannot_renew_its_lock_stops_before_another_may_take_it() {
-        let stalling = Arc::new(Stalling {
-            inner: store(line!()),
-            stalled: AtomicBool::new(false),
-        });
-        let storage: Arc<dyn Storage> = stalling.clone();
-        let lock = RunLock::acquire_with(storage.clone(), "b", FAST).expect("lock");
-        std::thread::sleep(FAST.heartbeat * 3);
-        assert!(lock.check().is_ok(), "renewed");
-        stalling.stalled.store(true, Ordering::Relaxed);
-        std::thread::sleep(FAST.lease + FAST.heartbeat * 2);
-        let why = lock.check().unwrap_err().to_string();
-        assert!(why.contains("was not renewed for"), "{why}");
-        // Another run takes it only later, once the heartbeat is takeover-old.
-        let lock_info = read(storage.as_ref(), "b").unwrap().unwrap();
-        assert!(!lock_info.may_be_taken(now_ms(), &FAST) || lock_info.writer_gone());
-        stalling.stalled.store(false, Ordering::Relaxed);
-        lock.release();
-    }
-}
+mod tests;
