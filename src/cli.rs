@@ -266,8 +266,8 @@ fn run(command: Command) -> Result<i32> {
                 let storage = storage::open_config(&cfg.storage)?;
                 let s = backup::run(&cfg, storage.clone())?;
                 print_backup(&s);
-                if let Some(r) = &cfg.retention {
-                    println!("{}", crate::retention::after_backup(r, &storage));
+                if let Some(report) = crate::retention::after_backup_of(&cfg, &storage) {
+                    println!("{report}");
                 }
                 Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
                     0

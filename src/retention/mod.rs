@@ -60,19 +60,12 @@ pub struct Options {
     pub prune_grace: Within,
 }
 
-/// Applies the configuration's `retention:` after a successful backup: logs what it kept and
-/// removed, counts `broker_backup_retention_runs`, and returns the line for the backup's
-/// summary (`Retention: ...`). A failure is logged and reported in that line, never returned:
-/// the backup itself succeeded and keeps its exit code (README "Retention (forget)").
-///
-/// Keeps no key but the backups' own rules keep ([`prune::protects`]): a configuration's
-/// checkpoint database is kept by [`after_backup_of`], which is what a backup should call.
-pub fn after_backup(cfg: &RetentionConfig, storage: &Arc<dyn Storage>) -> String {
-    after_backup_keeping(cfg, storage, &[])
-}
-
-/// [`after_backup`] for the backup configuration `cfg` (its `retention:`, which must be set,
-/// else `None`): never deletes its checkpoint database (`offset_storage.s3_key` and that key's
+/// Applies the `retention:` of the backup configuration `cfg` after a successful backup
+/// (`None` when it has none): logs what it kept and removed, counts
+/// `broker_backup_retention_runs`, and returns the line for the backup's summary
+/// (`Retention: ...`). A failure is logged and reported in that line, never returned: the
+/// backup itself succeeded and keeps its exit code (README "Retention (forget)"). Never
+/// deletes the configuration's checkpoint database (`offset_storage.s3_key` and that key's
 /// siblings, [`prune::protects`]), neither by `--prune` nor with a backup.
 pub fn after_backup_of(cfg: &crate::config::Config, storage: &Arc<dyn Storage>) -> Option<String> {
     let retention = cfg.retention.as_ref()?;
