@@ -6,7 +6,19 @@ use std::fmt;
 
 /// Type of a queue, lowercase in YAML and JSON (`classic`, `quorum`, `stream`), as in the
 /// manifest's `queue_type` and `source.queues.types` (SPEC.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum QueueType {
     Classic,

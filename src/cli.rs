@@ -41,6 +41,44 @@ enum Command {
     Validate(ValidateCmd),
     Cat(inspect::cat::CatCmd),
     Forget(crate::retention::command::ForgetCmd),
+    Config(ConfigCmd),
+}
+
+/// The configuration file: print its JSON Schema, or check a file without running it.
+#[derive(FromArgs, Debug)]
+#[argh(
+    subcommand,
+    name = "config",
+    example = "{command_name} schema > rmq-backup.schema.json\n{command_name} check --config backup.yaml",
+    note = "An editor with the YAML language server completes and checks a file whose first line is `# yaml-language-server: $schema=rmq-backup.schema.json` (a path or URL of the schema)."
+)]
+struct ConfigCmd {
+    #[argh(subcommand)]
+    action: ConfigAction,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+enum ConfigAction {
+    Schema(SchemaCmd),
+    Check(CheckCmd),
+}
+
+/// Print the JSON Schema (draft 2020-12) of the configuration file, made from its types: every
+/// key with its type, default and description.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "schema")]
+struct SchemaCmd {}
+
+/// Check a configuration file as a run would load it (YAML, `${ENV}` references, `*_file`
+/// secrets, every value) without connecting to a broker or a storage: exit 0 when it is valid,
+/// 2 with the error, its key path and line, when not.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "check")]
+struct CheckCmd {
+    /// the YAML configuration file
+    #[argh(option)]
+    config: PathBuf,
 }
 
 /// Run a backup: read every selected queue without removing a message, write segments, the
@@ -327,6 +365,28 @@ fn run(command: Command) -> Result<i32> {
         }
         Command::Cat(cmd) => cmd.run(),
         Command::Forget(cmd) => cmd.run(),
+        Command::Config(ConfigCmd {
+            action: ConfigAction::Schema(_),
+        }) => {
+            println!("{}", crate::config::schema::text());
+            Ok(0)
+        }
+        Command::Config(ConfigCmd {
+            action: ConfigAction::Check(cmd),
+        }) => {
+            let cfg = match crate::config::check::check(&cmd.config) {
+                Ok(cfg) => cfg,
+                Err(e) => return Ok(config_failure(&e)),
+            };
+            println!(
+                "{}: a valid configuration (mode {}, backup_id {}, storage {})",
+                cmd.config.display(),
+                cfg.mode,
+                cfg.backup_id,
+                cfg.storage.backend_name()
+            );
+            Ok(0)
+        }
     }
 }
 

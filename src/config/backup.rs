@@ -1,6 +1,7 @@
 //! `backup` (SPEC.md "backup"): segment rotation, compression, requeue strategy, concurrency
 //! and checkpoint cadence of a backup run, with their defaults and range checks.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::checks::{check_positive, config_err};
@@ -8,7 +9,7 @@ use crate::error::Result;
 
 /// `backup.compression` (SPEC.md): `zstd` (default), `lz4` or `none`. The segment module has
 /// its own `Compression`; the caller maps this onto it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CompressionKind {
     #[default]
@@ -30,7 +31,7 @@ impl CompressionKind {
 
 /// `backup.requeue_strategy` (SPEC.md "Requeue strategies"): how messages read without
 /// acknowledgement are handed back to the broker. Default `cancel`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RequeueStrategy {
     /// basic.consume, then basic.cancel: the broker requeues every unacked message.
@@ -45,7 +46,7 @@ pub enum RequeueStrategy {
 }
 
 /// `backup` options (SPEC.md "backup"); every field optional with the default shown.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct BackupOptions {
     /// Maximum uncompressed segment size in bytes before rotation; default 134217728; > 0.
@@ -109,7 +110,7 @@ pub struct BackupOptions {
 }
 
 /// `backup.shard`: which part of a sharded backup this run writes (`crate::shard`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShardConfig {
     /// This worker's part, 0-based, below `count`; unset: the environment variable

@@ -1,12 +1,13 @@
 //! `offset_storage` (SPEC.md "offset_storage", "Checkpoint databases"): where the checkpoints
 //! of resumable runs are kept. Parsing and defaults only.
 
+use schemars::JsonSchema;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 /// `offset_storage.backend`: `sqlite` (default) or `memory`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OffsetBackend {
     #[default]
@@ -15,7 +16,7 @@ pub enum OffsetBackend {
 }
 
 /// `offset_storage` (SPEC.md): checkpoint storage for resumable backups (not supported yet).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct OffsetStorageConfig {
     /// Default sqlite.

@@ -2,6 +2,7 @@
 //! a backup encrypts to, and the identity a restore decrypts with. Parsing, and reading the
 //! key files they name; the encryption itself is `crate::encryption`.
 
+use schemars::JsonSchema;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -13,7 +14,7 @@ use crate::error::Result;
 /// `backup.encryption`: encrypt every segment and the definitions export with age to these
 /// X25519 recipients (several allowed: an operator key and an escrow key). At least one key,
 /// from `recipients`, `recipients_file` or both.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackupEncryption {
     /// Public keys, `age1...`.
@@ -62,7 +63,7 @@ impl BackupEncryption {
 
 /// `restore.encryption`: where a restore finds the identity (private key) of an encrypted
 /// backup. Unset: the environment variable `RMQ_BACKUP_AGE_IDENTITY`, if set.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RestoreEncryption {
     /// An age identity file (`AGE-SECRET-KEY-1...` lines, as `age-keygen` writes).

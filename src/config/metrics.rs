@@ -2,13 +2,14 @@
 //! metrics of a run go when it ends (`textfile`, `pushgateway_*`). Parsing and defaults only;
 //! the server is `crate::metrics::server`, the export `crate::metrics::export`.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// `metrics` (SPEC.md, plus `textfile` and `pushgateway_*`): the metrics HTTP server
 /// (`crate::metrics::server`) and the export at the end of a run (`crate::metrics::export`).
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Serve the HTTP endpoint; default true. `textfile` and `pushgateway_url` work either way.

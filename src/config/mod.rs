@@ -17,6 +17,7 @@
 //! message built here contains a configured value that may hold a secret.
 
 mod backup;
+pub mod check;
 mod checkpoints;
 mod checks;
 mod encryption;
@@ -24,6 +25,7 @@ mod interpolate;
 mod metrics;
 mod restore;
 mod retention;
+pub mod schema;
 mod secret_files;
 mod source;
 mod storage;
@@ -44,6 +46,7 @@ pub use storage::{AzureStorage, FilesystemStorage, GcsStorage, S3Storage, Storag
 pub use target::TargetConfig;
 pub use urls::Urls;
 
+use schemars::JsonSchema;
 use std::fmt;
 use std::path::Path;
 
@@ -54,7 +57,7 @@ use checks::config_err;
 
 /// A secret string (password, key, token). `Debug` prints `****`; read the value with
 /// [`Secret::expose`]. In YAML it is a plain string.
-#[derive(Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(transparent)]
 pub struct Secret(String);
 
@@ -77,7 +80,7 @@ impl fmt::Debug for Secret {
 }
 
 /// The job to run: top-level field `mode`, `backup` or `restore` (SPEC.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Backup,
@@ -101,7 +104,7 @@ impl fmt::Display for Mode {
 }
 
 /// The whole configuration file (SPEC.md "Configuration: top level").
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// `backup` or `restore`; decides which sections are required.
@@ -123,7 +126,8 @@ pub struct Config {
     /// Restore options; every field has a default.
     #[serde(default)]
     pub restore: RestoreOptions,
-    /// Checkpoint storage for resumable backups (not supported yet).
+    /// The checkpoint database of resumable runs (README "Resuming a killed run"); absent
+    /// means none: a rerun reads every queue again.
     #[serde(default)]
     pub offset_storage: Option<OffsetStorageConfig>,
     /// Metrics server; absent means none (`metrics: {}` serves on 0.0.0.0:8080).

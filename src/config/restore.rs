@@ -1,6 +1,7 @@
 //! `restore` (SPEC.md "restore"): time window, mappings, publish mode, confirms, rate limit,
 //! definitions import and dry runs, with their defaults and range checks.
 
+use schemars::JsonSchema;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -13,7 +14,7 @@ use crate::error::Result;
 const MAX_AMQP_NAME_BYTES: usize = 255;
 
 /// `restore.publish_mode` (SPEC.md "Publish modes"): `exchange` (default) or `direct-to-queue`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PublishMode {
     /// Original exchange and routing key; exchange_mapping applies.
@@ -25,7 +26,7 @@ pub enum PublishMode {
 
 /// `restore.definitions_selection` (SPEC.md): partial definitions import. All lists empty =
 /// import everything.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct DefinitionsSelection {
     /// Vhosts to restore.
@@ -46,7 +47,7 @@ impl DefinitionsSelection {
 /// `restore.convert_mirrored_queues` (README "From RabbitMQ 3.x to 4.x"): the type a classic
 /// queue that a classic-mirroring policy applied to in the backup is declared with when the
 /// target runs RabbitMQ 4.x, which removed mirroring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ConvertMirroredQueues {
     /// A quorum queue (`x-queue-type: quorum`), as RabbitMQ's migration guide advises.
@@ -54,7 +55,7 @@ pub enum ConvertMirroredQueues {
 }
 
 /// `restore` options (SPEC.md "restore"); every field optional with the default shown.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RestoreOptions {
     /// Epoch ms; only records with backed_up_at >= this are restored.
@@ -108,7 +109,7 @@ pub struct RestoreOptions {
 }
 
 /// `restore.stream_offsets` (README "Stream consumer offsets").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamOffsets {
     /// Each backed-up offset is translated to the offset that the first restored message at or

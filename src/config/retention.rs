@@ -5,6 +5,7 @@
 use crate::error::{Error, Result};
 use crate::retention::policy::{Count, Policy, Within};
 use crate::retention::{Options, DEFAULT_PRUNE_GRACE};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The configuration's `retention:` section: the same rules as `forget`, applied after each
@@ -12,21 +13,32 @@ use serde::{Deserialize, Serialize};
 /// `keep_within` and `prune_grace` are restic durations (`30d`, `1y6m`, `36h`), at most
 /// 10,000 years (`crate::retention::policy::MAX_WITHIN_MS`): a longer one fails the
 /// configuration's loading with `Configuration error: ...` (exit 2), as on the command line.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
+    /// Keep the N newest completed backups (`unlimited`: all).
+    #[schemars(schema_with = "super::schema::count")]
     pub keep_last: Option<Count>,
+    /// Keep the newest backup of each of the N last days (UTC) that have one.
+    #[schemars(schema_with = "super::schema::count")]
     pub keep_daily: Option<Count>,
+    /// Keep the newest backup of each of the N last ISO weeks that have one.
+    #[schemars(schema_with = "super::schema::count")]
     pub keep_weekly: Option<Count>,
+    /// Keep the newest backup of each of the N last months that have one.
+    #[schemars(schema_with = "super::schema::count")]
     pub keep_monthly: Option<Count>,
+    /// Keep every backup newer than this duration before the newest (`30d`, `1y6m`, `36h`).
     #[serde(deserialize_with = "Within::deserialize_unchecked")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub keep_within: Option<Within>,
     /// Remove interrupted backups older than the newest completed one.
     pub prune_interrupted: bool,
     /// Delete orphaned objects older than `prune_grace`.
     pub prune: bool,
-    /// Default 24h.
+    /// Orphans younger than this are left alone; default 24h.
     #[serde(deserialize_with = "Within::deserialize_unchecked")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub prune_grace: Option<Within>,
 }
 

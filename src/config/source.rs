@@ -1,6 +1,7 @@
 //! `source` (SPEC.md "source"): the broker a backup reads from, its TLS settings and the
 //! queue selection (matched in `crate::selection`). Parsing and field checks only.
 
+use schemars::JsonSchema;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use crate::broker::QueueType;
 use crate::error::Result;
 
 /// `source`: the broker a backup reads from (SPEC.md "source").
-#[derive(Clone, PartialEq, Deserialize)]
+#[derive(Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// `amqp://user:password@host:port/vhost` (vhost `/` written `%2f`); `amqps://` for TLS.
@@ -93,7 +94,7 @@ impl fmt::Debug for SourceConfig {
 
 /// `source.tls` / `target.tls` (SPEC.md `source.tls`): TLS for the AMQP, stream and https
 /// management connections of a broker. The files are read by `crate::tls::TlsClient::load`.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {
     /// Enable TLS, default false: turns an `amqp://` URL into `amqps://` (port 5671 unless the
@@ -111,7 +112,7 @@ pub struct TlsConfig {
 
 /// `source.queues` (SPEC.md): which queues a backup reads. The matching logic is in
 /// `crate::selection`. Every field defaults to "no restriction".
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct QueueSelection {
     /// Glob patterns (`*`, `?`, case-sensitive) of queue names to include; empty = all.

@@ -45,14 +45,14 @@ impl StorageConfig {
 }
 
 /// `backend: filesystem` fields.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
 pub struct FilesystemStorage {
     /// Base directory; created when missing. Must not be empty.
     pub path: PathBuf,
 }
 
 /// `backend: s3` fields (SPEC.md "storage").
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
 pub struct S3Storage {
     /// Bucket name; must not be empty.
     pub bucket: String,
@@ -77,7 +77,7 @@ pub struct S3Storage {
 }
 
 /// `backend: azure` fields (SPEC.md "storage").
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
 pub struct AzureStorage {
     /// Storage account name; must not be empty.
     pub account_name: String,
@@ -108,7 +108,7 @@ pub struct AzureStorage {
 }
 
 /// `backend: gcs` fields (SPEC.md "storage").
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
 pub struct GcsStorage {
     /// Bucket name; must not be empty.
     pub bucket: String,

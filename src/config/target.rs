@@ -1,6 +1,7 @@
 //! `target` (SPEC.md "target"): the broker a restore publishes to, and its optional
 //! management access. Parsing and field checks only.
 
+use schemars::JsonSchema;
 use std::fmt;
 
 use serde::Deserialize;
@@ -10,7 +11,7 @@ use super::{Secret, Urls};
 use crate::error::Result;
 
 /// `target`: the broker a restore publishes to (SPEC.md "target").
-#[derive(Clone, PartialEq, Deserialize)]
+#[derive(Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     /// AMQP URL of the target broker, or a list of the nodes of a cluster tried in order
