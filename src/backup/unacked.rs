@@ -317,18 +317,19 @@ fn judge_with_statistics(
     let unlisted = live.consumers as usize > api.consumers.len();
     if live.consumers == 0 {
         if !api.statistics {
-            // Nothing to check the live count against: a retry's floor, or an earlier run
-            // whose messages the statistics of a queue declared a moment ago would count,
-            // makes the read wait (bounded).
-            if floor.0 > live.ready {
+            // Nothing to check the live count against: what was counted before (a retry's
+            // floor, or the listing's count of a queue whose statistics are gone since: its
+            // leader moved), or an earlier run whose messages the statistics of a queue
+            // declared a moment ago would count, makes the read wait (bounded).
+            if counted > live.ready {
                 if elapsed > limit {
-                    return not_back(floor.0 - live.ready, live.ready, floor, limit);
+                    return not_back(counted - live.ready, live.ready, floor, limit);
                 }
                 return Verdict::Wait(
                     "floor",
                     format!(
-                        "{} message(s) were in the queue before the connection was lost, {} are ready now and the management API has no statistics for it (yet)",
-                        floor.0, live.ready
+                        "{counted} message(s) were counted in the queue before, {} are ready now and the management API has no statistics for it (yet)",
+                        live.ready
                     ),
                 );
             }

@@ -261,3 +261,16 @@ fn without_statistics_the_live_counts_decide() {
         "{v:?}"
     );
 }
+
+#[test]
+fn a_listed_count_whose_statistics_are_gone_is_waited_for() {
+    // First attempt, a node lost since the listing: its quorum queue answers 0 and 0 and the
+    // API has no statistics. Not "empty": wait, then leave them out (exit 4), never 0 silently.
+    let v = judge_with_statistics(&no_stats(), live(0, 0), 30_000, Floor(0), NOW, false);
+    assert!(matches!(v, Verdict::Wait("floor", _)), "{v:?}");
+    let v = judge_with_statistics(&no_stats(), live(0, 0), 30_000, Floor(0), LATE, false);
+    assert!(matches!(v, Verdict::LeftOut(30_000, _)), "{v:?}");
+    // A fresh queue (nothing counted): start at once.
+    let v = judge_with_statistics(&no_stats(), live(0, 0), 0, Floor(0), NOW, false);
+    assert_eq!(v, Verdict::Start);
+}
