@@ -13,7 +13,7 @@
 //!    the queue is whole again. Two times are kept: to the last delivery, and to the queue
 //!    whole again (the same job as a backup's read, which must leave the queue as it found it);
 //! 3. `rmq-backup backup` of that queue to the filesystem (zstd-3);
-//! 4. raw publish with confirms (window 1000) of the same N messages into an empty queue, its
+//! 4. raw publish with confirms (a sliding window of 1000, `RAW_CONFIRM_WINDOW`) of the same N messages into an empty queue, its
 //!    connections and confirm-mode channels opened before the clock;
 //! 5. `rmq-backup restore` of the backup into an empty queue (direct-to-queue, confirms);
 //!
@@ -209,8 +209,9 @@ fn main() {
         std::thread::sleep(Duration::from_secs(1));
         raw_pubs.push(rate(n, publish_parallel(raw, &queues, per_queue, &msgs)));
         println!(
-            "round {}: raw publish with confirms (own client, window 1000, a connection per queue): {:.0} msg/s",
+            "round {}: raw publish with confirms (own client, sliding window {}, a connection per queue): {:.0} msg/s",
             round + 1,
+            raw_confirm_window(),
             raw_pubs[round]
         );
         for q in &queues {

@@ -146,18 +146,31 @@ pub fn publish_channel(conn: &Connection) -> Channel {
     ch
 }
 
+/// Publisher confirms the raw publisher keeps in flight: a sliding window, each publish
+/// waiting only until fewer than this many are unconfirmed (`RAW_CONFIRM_WINDOW` in the
+/// environment overrides it, to find the fastest).
+pub fn raw_confirm_window() -> u64 {
+    std::env::var("RAW_CONFIRM_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|w| *w > 0)
+        .unwrap_or(1000)
+}
+
 /// The timed part of a raw publish, nothing else: messages `0..n` of `msgs` into `queue` on
-/// `ch` (in confirm mode), mandatory, waiting for confirms whenever 1,000 are outstanding (down
-/// to 500) and for all at the end.
+/// `ch` (in confirm mode), mandatory, with a sliding window of [`raw_confirm_window`]
+/// unconfirmed messages (a publish waits until one of them is confirmed, never for a whole
+/// batch), and for all at the end.
 pub fn publish_on(ch: &Channel, queue: &str, n: usize, msgs: &Messages) {
+    let window = raw_confirm_window();
     for i in 0..n {
         let m = msgs.get(i);
-        ch.basic_publish("", queue, true, &m.properties, &m.body)
-            .expect("publish");
-        if ch.outstanding_confirms() >= 1000 {
-            ch.wait_for_confirms(500, Duration::from_secs(60))
+        if ch.outstanding_confirms() >= window {
+            ch.wait_for_confirms(window - 1, Duration::from_secs(60))
                 .expect("confirms");
         }
+        ch.basic_publish("", queue, true, &m.properties, &m.body)
+            .expect("publish");
     }
     ch.wait_for_confirms(0, Duration::from_secs(60))
         .expect("confirms");
