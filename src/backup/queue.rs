@@ -20,7 +20,7 @@ use crate::progress;
 use crate::reader;
 use crate::record::BackupRecord;
 use crate::spool::spawn_named;
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::{bounded, unbounded, Sender};
 use std::time::Instant;
 
 /// Batches in flight between a queue thread and its segment builder.
@@ -116,7 +116,13 @@ pub(super) fn backup_queue<'a>(
         other => other?,
     };
     floor.0 = floor.0.max(at_start.ready);
-    log::info!("queue {} in vhost {}: backing up", q.name, q.vhost);
+    // An empty queue is a debug line: thousands of them would bury the rest.
+    let level = if at_start.ready == 0 {
+        log::Level::Debug
+    } else {
+        log::Level::Info
+    };
+    log::log!(level, "queue {} in vhost {}: backing up", q.name, q.vhost);
     // Resolved once: the per-message updates below are relaxed atomic adds.
     let m = metrics::global().backup_queue(&q.name, &q.vhost, kind.as_str());
     let _row = progress::row(
@@ -126,58 +132,44 @@ pub(super) fn backup_queue<'a>(
         m.bytes_read.clone(),
     );
 
-    let (batch_tx, batch_rx) = bounded::<Vec<BackupRecord>>(BATCH_CHANNEL);
     let started = Instant::now();
-    let (read, built) = std::thread::scope(|s| {
-        let builder = spawn_named(s, "segment-builder", || {
-            build_segments(ctx, q, &m, batch_rx, uploads, after)
-        });
-        let mut batches = Batches::new(&batch_tx, &m);
-        let mut sink = |mut d: crate::amqp::Delivery| -> Result<()> {
-            if kind == QueueType::Quorum {
-                quorum::strip_broker_headers(&mut d.properties);
-            }
-            batches.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()))
-        };
-        let should_stop = || {
-            if let Some(why) = ctx.lock.lost() {
-                return Some(why);
-            }
-            if let Some(why) = crate::signals::stop_reason("backup") {
-                return Some(why);
-            }
-            if let Some(why) = ctx.stop.reason() {
-                return Some(why);
-            }
-            conn.blocked().map(|reason| {
-                let why = format!(
-                    "broker blocked the connection of queue {} ({reason}); backup stopped, every message left in place",
-                    q.name
-                );
-                ctx.stop.set(why.clone());
-                why
-            })
-        };
-        let read = reader::read_queue(
-            conn,
-            control,
-            &q.name,
-            at_start.ready,
-            kind,
-            decision.plan(strategy),
-            &mut sink,
-            &should_stop,
-        );
-        if read.is_ok() {
-            let _ = batches.flush();
-        }
-        drop(batches);
+    let plan = decision.plan(strategy);
+    let read_into = |tx: &Sender<Vec<BackupRecord>>| -> Result<reader::ReadOutcome> {
+        read_records(ctx, q, kind, conn, control, at_start.ready, plan, tx, &m)
+    };
+    let (read, built) = if at_start.ready == 0 {
+        // Nothing to read: no builder, no channel (thousands of empty queues cost a thread
+        // each before).
+        log::debug!("queue {}: 0 messages at start", q.name);
+        (
+            Ok(reader::ReadOutcome {
+                depth_at_start: 0,
+                read: 0,
+                at_limit: None,
+            }),
+            Ok(Stored::none(ctx, q)),
+        )
+    } else if inline(q, kind, at_start.ready) {
+        // A small queue whose bytes the listing knows to be few: read whole, then built on
+        // this thread.
+        let (batch_tx, batch_rx) = unbounded::<Vec<BackupRecord>>();
+        let read = read_into(&batch_tx);
         drop(batch_tx);
-        let built = builder
-            .join()
-            .unwrap_or_else(|_| Err(Error::Io("segment builder panicked".into())));
-        (read, built)
-    });
+        (read, build_segments(ctx, q, &m, batch_rx, uploads, after))
+    } else {
+        let (batch_tx, batch_rx) = bounded::<Vec<BackupRecord>>(BATCH_CHANNEL);
+        std::thread::scope(|s| {
+            let builder = spawn_named(s, "segment-builder", || {
+                build_segments(ctx, q, &m, batch_rx, uploads, after)
+            });
+            let read = read_into(&batch_tx);
+            drop(batch_tx);
+            let built = builder
+                .join()
+                .unwrap_or_else(|_| Err(Error::Io("segment builder panicked".into())));
+            (read, built)
+        })
+    };
     // A builder failure (storage, encoding) is the cause when the reader saw only a closed channel.
     let segments = match (read, built) {
         (Err(e), Ok(segments)) if segments.is_empty() && is_gone(&e) => {
@@ -193,7 +185,7 @@ pub(super) fn backup_queue<'a>(
         (Ok(outcome), Ok(segments)) if outcome.at_limit.is_some() => {
             let count = outcome.at_limit.unwrap_or_default();
             segments.discard();
-            let limit = decision.plan(strategy).delivery_limit.unwrap_or_default();
+            let limit = plan.delivery_limit.unwrap_or_default();
             return Ok(Some(Outcome::Skipped(skipped(
                 q,
                 kind,
@@ -206,7 +198,8 @@ pub(super) fn backup_queue<'a>(
             ))));
         }
         (Ok(outcome), Ok(segments)) => {
-            log::info!(
+            log::log!(
+                level,
                 "queue {} in vhost {}: {} messages in {} segment(s), {:.1} s",
                 q.name,
                 q.vhost,
@@ -264,6 +257,77 @@ impl Storing<'_> {
         }
         Ok(backup)
     }
+}
+
+/// Body bytes below which a small queue is read whole before its segment is built on the
+/// queue thread (no builder thread): the listing's `message_bytes`, ready and unacknowledged.
+const INLINE_BYTES: u64 = 4 << 20;
+
+/// True when `q` is read whole, then built on its queue thread: a classic queue of at most
+/// [`reader::SMALL_QUEUE`] messages whose statistics count at most [`INLINE_BYTES`] of body
+/// (read with `basic.get`, so its records are few and small; memory stays bounded by bytes).
+fn inline(q: &QueueInfo, kind: QueueType, depth: u64) -> bool {
+    kind == QueueType::Classic
+        && depth <= reader::SMALL_QUEUE
+        && q.statistics
+        && q.message_bytes <= INLINE_BYTES
+}
+
+/// Reads queue `q` as `plan` says (its depth at start `depth`), handing the records to `tx`
+/// in batches counted in `m`; stops when the run must (its lock lost, a signal, an alarm, a
+/// blocked connection).
+#[allow(clippy::too_many_arguments)]
+fn read_records(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+    kind: QueueType,
+    conn: &crate::amqp::Connection,
+    control: &crate::amqp::Channel,
+    depth: u64,
+    plan: reader::ReadPlan,
+    tx: &Sender<Vec<BackupRecord>>,
+    m: &metrics::BackupQueueMetrics,
+) -> Result<reader::ReadOutcome> {
+    let mut batches = Batches::new(tx, m);
+    let mut sink = |mut d: crate::amqp::Delivery| -> Result<()> {
+        if kind == QueueType::Quorum {
+            quorum::strip_broker_headers(&mut d.properties);
+        }
+        batches.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()))
+    };
+    let should_stop = || {
+        if let Some(why) = ctx.lock.lost() {
+            return Some(why);
+        }
+        if let Some(why) = crate::signals::stop_reason("backup") {
+            return Some(why);
+        }
+        if let Some(why) = ctx.stop.reason() {
+            return Some(why);
+        }
+        conn.blocked().map(|reason| {
+            let why = format!(
+                "broker blocked the connection of queue {} ({reason}); backup stopped, every message left in place",
+                q.name
+            );
+            ctx.stop.set(why.clone());
+            why
+        })
+    };
+    let read = reader::read_queue(
+        conn,
+        control,
+        &q.name,
+        depth,
+        kind,
+        plan,
+        &mut sink,
+        &should_stop,
+    );
+    if read.is_ok() {
+        let _ = batches.flush();
+    }
+    read
 }
 
 /// How long a quorum queue listed without its policies may take to show them.

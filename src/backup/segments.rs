@@ -109,6 +109,18 @@ pub(super) struct Stored<'a> {
     done: Vec<SegmentMetadata>,
 }
 
+impl<'a> Stored<'a> {
+    /// No segment: the queue had nothing to read.
+    pub(super) fn none(ctx: &'a QueueContext<'a>, q: &'a QueueInfo) -> Stored<'a> {
+        Stored {
+            ctx,
+            q,
+            pending: VecDeque::new(),
+            done: Vec::new(),
+        }
+    }
+}
+
 impl Stored<'_> {
     /// Waits until every segment is stored (bounded by [`UPLOAD_WAIT`] each), records them,
     /// and returns their metadata in sequence order.
@@ -214,12 +226,7 @@ pub(super) fn build_segments<'a>(
     let stream = q.queue_type == Some(crate::broker::QueueType::Stream);
     let mut current: Option<Open> = None;
     let mut sequence = after;
-    let mut stored = Stored {
-        ctx,
-        q,
-        pending: VecDeque::new(),
-        done: Vec::new(),
-    };
+    let mut stored = Stored::none(ctx, q);
 
     // Finishing a segment (last compressed block, header, SHA-256) happens on an uploader
     // thread, so reading and compressing go on meanwhile.

@@ -157,7 +157,8 @@ pub fn read_queue(
     let small = queue_type == QueueType::Classic && depth <= SMALL_QUEUE;
     let strategy = plan.strategy;
     if small {
-        log::info!("queue {queue}: {depth} messages at start, read with basic.get");
+        // A debug line: thousands of small queues would bury the rest.
+        log::debug!("queue {queue}: {depth} messages at start, read with basic.get");
     } else if plan.quorum_nack {
         log::info!("queue {queue}: {depth} messages at start, read with consumers, given back with basic.nack");
     } else {
