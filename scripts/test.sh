@@ -6,8 +6,8 @@
 # installing them if missing, then runs every unit and integration test against RabbitMQ
 # 4.3.6 (RMQ_TEST_BROKER, tests/common), the cross-version set against 4.0.5 and 3.10.8, and
 # a short coverage-guided fuzz run of every decoder of untrusted bytes (scripts/fuzz.sh,
-# RMQ_BACKUP_FUZZ_SECS seconds per target, default 5; 0 skips it). The fuzz targets build
-# beside the tests, which mostly wait on the broker.
+# RMQ_BACKUP_FUZZ_SECS seconds per target, default 5; 0 skips it). The fuzz targets and the
+# book (scripts/build-docs.sh, mdBook) build beside the tests, which mostly wait on the broker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-rabbitmq.sh
@@ -42,11 +42,15 @@ fi
 fuzz_secs=${RMQ_BACKUP_FUZZ_SECS:-5}
 fuzz_log=$(mktemp)
 logs=$(mktemp -d)
-trap 'rm -rf "$logs" "$fuzz_log"' EXIT
+trap 'rm -rf "$logs" "$fuzz_log" "${docs_log:-}"' EXIT
 if [[ $fuzz_secs -gt 0 ]]; then
     scripts/fuzz.sh build >"$fuzz_log" 2>&1 &
     fuzz_build=$!
 fi
+# The book (docs/, mdBook): built beside the tests; tests/docs_links.rs checks its links.
+docs_log=$(mktemp)
+scripts/build-docs.sh >"$docs_log" 2>&1 &
+docs_build=$!
 # Build every test once, then run three groups at once (most tests wait on a broker, not a
 # core): the tests that build and install packages, the tests that stop, kill or alarm nodes
 # of the test cluster (one binary at a time), and all the others. Each group's output is
@@ -92,8 +96,11 @@ for g in rest cluster packaging doc "${cross_brokers[@]/#/cross-}"; do
     cat "$logs/$g"
     [[ -f "$logs/$g.rc" ]] || failed=1
 done
+echo "=== the book (scripts/build-docs.sh) ==="
+cat "$docs_log"
+wait "$docs_build" || failed=1
 if [[ $failed -ne 0 ]]; then
-    echo "scripts/test.sh: a test group failed (see above)" >&2
+    echo "scripts/test.sh: a test group or the book failed (see above)" >&2
     exit 1
 fi
 if [[ $fuzz_secs -gt 0 ]]; then
