@@ -15,8 +15,8 @@ if ! [[ -x $mdbook ]] || [[ $("$mdbook" --version) != "mdbook v$version" ]]; the
     rm -rf target/mdbook-build
 fi
 out=$("$mdbook" build 2>&1) || { echo "$out" >&2; exit 1; }
-# mdBook reports a broken include or a missing chapter as an ERROR but may still exit 0.
-if grep -q "ERROR" <<<"$out"; then
+# mdBook reports a broken include as a WARN and exits 0: any warning or error fails the build.
+if grep -qE "ERROR|WARN" <<<"$out"; then
     echo "$out" >&2
     exit 1
 fi
