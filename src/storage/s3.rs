@@ -66,6 +66,8 @@ pub struct S3Options {
     pub allow_http: bool,
     /// Retry policy of every request.
     pub retry: Policy,
+    /// `storage.object_lock`: the retention headers of every put of a locked key.
+    pub object_lock: Option<super::object_lock::ObjectLock>,
 }
 
 impl S3Options {
@@ -80,6 +82,10 @@ impl S3Options {
             path_style: cfg.path_style,
             allow_http: cfg.allow_http,
             retry: Policy::for_backend("s3"),
+            object_lock: cfg
+                .object_lock
+                .as_ref()
+                .map(|l| super::object_lock::ObjectLock::new(l, cfg.prefix.as_deref())),
         }
     }
 }
@@ -99,6 +105,7 @@ pub struct S3Storage {
     download: Box<Bucket>,
     retry: Policy,
     location: String,
+    lock: Option<super::object_lock::ObjectLock>,
 }
 
 fn create_error(reason: impl std::fmt::Display) -> Error {
@@ -179,6 +186,7 @@ impl S3Storage {
             download,
             retry: opts.retry,
             location,
+            lock: opts.object_lock,
         };
         storage.probe()?;
         Ok(storage)
@@ -215,6 +223,45 @@ impl S3Storage {
                 None => create_error(format!("endpoint answered {reason}")),
             },
         )
+    }
+
+    /// The S3 Object Lock headers of a put of `key` (`x-amz-object-lock-mode`,
+    /// `x-amz-object-lock-retain-until-date`, the date from now), empty when `key` is not
+    /// locked ([`super::object_lock`]).
+    pub(super) fn lock_headers(&self, key: &str) -> ureq::http::HeaderMap {
+        let mut h = ureq::http::HeaderMap::new();
+        if let Some(l) = self.lock.as_ref().filter(|l| l.applies_to(key)) {
+            let mode = match l.mode {
+                crate::config::LockMode::Governance => "GOVERNANCE",
+                crate::config::LockMode::Compliance => "COMPLIANCE",
+            };
+            if let (Ok(m), Ok(u)) = (
+                ureq::http::HeaderValue::from_str(mode),
+                ureq::http::HeaderValue::from_str(&l.until_rfc3339()),
+            ) {
+                h.insert(
+                    ureq::http::HeaderName::from_static("x-amz-object-lock-mode"),
+                    m,
+                );
+                h.insert(
+                    ureq::http::HeaderName::from_static("x-amz-object-lock-retain-until-date"),
+                    u,
+                );
+            }
+        }
+        h
+    }
+
+    /// The bucket a put of `key` goes through: with the lock headers when it is locked.
+    fn put_bucket(&self, key: &str) -> Result<std::borrow::Cow<'_, Bucket>> {
+        let h = self.lock_headers(key);
+        if h.is_empty() {
+            return Ok(std::borrow::Cow::Borrowed(&*self.bucket));
+        }
+        self.bucket
+            .with_extra_headers(h)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| Error::Storage(format!("Failed to put {key}: {}", safe_reason(&e))))
     }
 
     fn run<T>(&self, what: &str, op: impl FnMut() -> std::result::Result<T, Attempt>) -> Result<T> {
@@ -329,6 +376,7 @@ impl Storage for S3Storage {
 
     fn put_file(&self, key: &str, path: &Path) -> Result<()> {
         validate_key(key)?;
+        let bucket = self.put_bucket(key)?;
         self.run(&format!("put {key}"), || {
             let mut file = std::fs::File::open(path).map_err(|e| read_error(path, &e))?;
             let size = file.metadata().map_err(|e| read_error(path, &e))?.len();
@@ -336,13 +384,13 @@ impl Storage for S3Storage {
                 let mut data = Vec::with_capacity(size as usize);
                 file.read_to_end(&mut data)
                     .map_err(|e| read_error(path, &e))?;
-                self.bucket
+                bucket
                     .put_object(key, &data)
                     .map(|_| ())
                     .map_err(|e| classify("put", key, e))
             } else {
                 log::trace!("storage: s3 multipart upload of {key} ({size} bytes)");
-                match self.bucket.put_object_stream(&mut file, key) {
+                match bucket.put_object_stream(&mut file, key) {
                     Ok(_) => Ok(()),
                     // A read error of the source file surfaces as io; the file is local.
                     Err(S3Error::Io(e)) if e.kind() != std::io::ErrorKind::ConnectionReset => {
@@ -356,8 +404,9 @@ impl Storage for S3Storage {
 
     fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {
         validate_key(key)?;
+        let bucket = self.put_bucket(key)?;
         self.run(&format!("put {key}"), || {
-            self.bucket
+            bucket
                 .put_object(key, data)
                 .map(|_| ())
                 .map_err(|e| classify("put", key, e))
@@ -525,6 +574,21 @@ impl Storage for S3Storage {
     fn location(&self) -> String {
         self.location.clone()
     }
+
+    /// `x-amz-object-lock-retain-until-date` of a HEAD (needs `s3:GetObjectRetention`; an
+    /// identity without it sees none).
+    fn retained_until(&self, key: &str) -> Result<Option<i64>> {
+        validate_key(key)?;
+        self.run(&format!("head {key}"), || {
+            match self.bucket.head_object(key) {
+                Ok((h, _)) => Ok(h
+                    .object_lock_retain_until_date
+                    .and_then(|d| crate::units::parse_time(&d).ok())),
+                Err(S3Error::HttpFailWithBody(404, _)) => Ok(None),
+                Err(e) => Err(classify("head", key, e)),
+            }
+        })
+    }
 }
 
 /// Tests against the SeaweedFS of `scripts/setup-storage.sh` (127.0.0.1:8333, SigV4 enforced,
@@ -554,6 +618,7 @@ pub(crate) mod tests {
                 max_delay: Duration::from_millis(100),
                 backend: "s3",
             },
+            object_lock: None,
         }
     }
 

@@ -1,0 +1,254 @@
+//! `storage.object_lock` against emulators (README "Protecting backups from deletion"):
+//!
+//! - SeaweedFS enforces S3 Object Lock on a bucket created with it (AWS's semantics: a delete
+//!   without a version id only adds a delete marker; a delete of a locked version is refused
+//!   with AccessDenied, in governance and compliance mode alike without the bypass header).
+//!   Every object a backup writes carries the retention, except the run lock and the other
+//!   `state/` keys; `forget` keeps the locked backup (`locked until ...`, exit 0) and removes it
+//!   on a later run, once the date has passed.
+//! - fake-gcs-server 1.54 stores an object's `retention` and returns it, but deletes a retained
+//!   object anyway: what can be tested there is that the retention is set, and that `forget`
+//!   reads it and keeps the backup.
+
+mod common;
+
+use common::buckets::GcsBucket;
+use common::*;
+use rmq_backup::amqp::FieldTable;
+use std::time::Duration;
+
+/// A SeaweedFS bucket created with Object Lock enabled. Its objects cannot be removed until
+/// their retention ends: the test waits for that, `forget` removes the backups, and the drop
+/// removes what is left (delete markers hide the versions; the emulator's data is thrown away
+/// with it).
+struct LockedBucket(s3::Bucket);
+
+impl LockedBucket {
+    fn new(tag: &str) -> LockedBucket {
+        let name = format!("rmqb-{tag}-{}", unique_suffix());
+        let creds =
+            s3::creds::Credentials::new(Some(S3_ADMIN.0), Some(S3_ADMIN.1), None, None, None)
+                .expect("credentials");
+        let region = s3::Region::Custom {
+            region: "us-east-1".into(),
+            endpoint: S3_ENDPOINT.into(),
+        };
+        let config = s3::BucketConfiguration::new(None, true, None, None, None, None, None, None);
+        let created = s3::Bucket::create_with_path_style(&name, region, creds, config)
+            .unwrap_or_else(|e| panic!("create bucket {name} (scripts/setup-storage.sh): {e}"));
+        LockedBucket(*created.bucket)
+    }
+}
+
+impl Drop for LockedBucket {
+    fn drop(&mut self) {
+        if let Ok(pages) = self.0.list(String::new(), None) {
+            for o in pages.into_iter().flat_map(|p| p.contents) {
+                let _ = self.0.delete_object(&o.key);
+            }
+        }
+        let _ = self.0.delete();
+    }
+}
+
+fn backup_config(dir: &std::path::Path, id: &str, vhost: &str, storage: &str) -> String {
+    let yaml = backup_yaml(
+        id,
+        vhost,
+        std::path::Path::new("/unused"),
+        "  segment_max_bytes: 4000\n",
+    );
+    let start = yaml.find("storage:\n").expect("storage section");
+    let end = yaml[start..]
+        .find("\nbackup:")
+        .map_or(yaml.len(), |i| start + i + 1);
+    let yaml = format!("{}storage:\n{storage}{}", &yaml[..start], &yaml[end..]);
+    write_config(dir, &format!("{id}.yaml"), &yaml)
+}
+
+fn forget(url: &str, env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value, String) {
+    let out = run_cli_env(
+        &[
+            "forget",
+            "--path",
+            url,
+            "--keep-last",
+            "1",
+            "--format",
+            "json",
+        ],
+        env,
+    );
+    let (stdout, stderr) = text(&out);
+    let v = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    (out.status.code(), v, stderr)
+}
+
+fn decision<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    report["backups"]
+        .as_array()
+        .and_then(|a| a.iter().find(|b| b["backup_id"] == id))
+        .unwrap_or_else(|| panic!("{id} in {report}"))
+}
+
+#[test]
+fn s3_object_lock_keeps_backups_until_their_date_and_refuses_deletes() {
+    let bucket = LockedBucket::new("lock");
+    let vh = TestVhost::new("objlock");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "orders", "classic", FieldTable::new());
+    publish(&ch, "orders", &diverse_messages(30, 5, false));
+    let dir = TempDir::new("objlock");
+    let storage = format!(
+        "  backend: s3\n  bucket: {}\n  region: us-east-1\n  endpoint: \"{S3_ENDPOINT}\"\n  path_style: true\n  allow_http: true\n  prefix: locked\n  access_key: {}\n  secret_key: {}\n  object_lock:\n    mode: governance\n    retain_for: 15s\n",
+        bucket.0.name, S3_ADMIN.0, S3_ADMIN.1
+    );
+    for id in ["lock-1", "lock-2"] {
+        let cfg = backup_config(dir.path(), id, &vh.name, &storage);
+        let out = run_cli(&["backup", "--config", &cfg]);
+        assert_eq!(out.status.code(), Some(0), "{id}: {:?}", text(&out));
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    let env = [
+        ("AWS_ACCESS_KEY_ID", S3_ADMIN.0),
+        ("AWS_SECRET_ACCESS_KEY", S3_ADMIN.1),
+    ];
+    let url = format!(
+        "s3://{}/locked?region=us-east-1&endpoint={S3_ENDPOINT}&path_style=true&allow_http=true",
+        bucket.0.name
+    );
+
+    // Every object of the backup is locked, the run lock is not.
+    let keys: Vec<String> = bucket
+        .0
+        .list("locked/lock-1/".into(), None)
+        .unwrap()
+        .into_iter()
+        .flat_map(|p| p.contents.into_iter().map(|o| o.key))
+        .collect();
+    let segment = keys
+        .iter()
+        .find(|k| k.contains("/queues/"))
+        .expect("a segment")
+        .clone();
+    for k in &keys {
+        let (h, _) = bucket.0.head_object(k).unwrap();
+        if k.contains("/state/") {
+            assert_eq!(
+                h.object_lock_mode, None,
+                "{k} is rewritten by runs: not locked"
+            );
+        } else {
+            assert_eq!(h.object_lock_mode.as_deref(), Some("GOVERNANCE"), "{k}");
+            assert!(h.object_lock_retain_until_date.is_some(), "{k}");
+        }
+    }
+
+    // A direct delete of a locked segment (its version) is refused by the storage.
+    let (h, _) = bucket.0.head_object(&segment).unwrap();
+    let version = h.version_id.expect("a versioned bucket");
+    let r = bucket
+        .0
+        .delete_objects(vec![s3::serde_types::ObjectIdentifier::with_version(
+            segment.as_str(),
+            version.as_str(),
+        )])
+        .expect("DeleteObjects answers");
+    assert!(
+        r.errors.iter().any(|e| e.code == "AccessDenied"),
+        "the locked version is not deleted: {:?}",
+        r.errors
+    );
+    assert!(bucket.0.head_object(&segment).is_ok(), "still there");
+
+    // forget keeps the locked backup, exit 0, and says until when.
+    let (code, report, stderr) = forget(&url, &env);
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    let d = decision(&report, "lock-1");
+    assert_eq!(d["action"], "keep", "{report}");
+    assert!(
+        d["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("locked until "),
+        "{report}"
+    );
+    let out = run_cli_env(
+        &[
+            "validate",
+            "--path",
+            &url,
+            "--backup-id",
+            "lock-1",
+            "--deep",
+        ],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+
+    // Once the date has passed, a later forget removes it.
+    let store =
+        rmq_backup::storage::open_url(&rmq_backup::storage::parse_storage_url(&url).unwrap())
+            .unwrap();
+    loop {
+        let until = store.retained_until("lock-1/manifest.json").unwrap();
+        match until {
+            Some(t) if t > rmq_backup::now_ms() => std::thread::sleep(Duration::from_millis(500)),
+            _ => break,
+        }
+    }
+    let (code, report, stderr) = forget(&url, &env);
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    assert_eq!(decision(&report, "lock-1")["action"], "remove", "{report}");
+    let out = run_cli_env(&["list", "--path", &url, "--format", "json"], &env);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["backup_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["lock-2"]);
+}
+
+#[test]
+fn gcs_object_retention_is_set_and_read_by_forget() {
+    let bucket = GcsBucket::new("lock");
+    let vh = TestVhost::new("gcslock");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "orders", "classic", FieldTable::new());
+    publish(&ch, "orders", &diverse_messages(20, 6, false));
+    let dir = TempDir::new("gcslock");
+    let storage = format!(
+        "  backend: gcs\n  bucket: {}\n  object_lock:\n    mode: compliance\n    retain_for: 1d\n",
+        bucket.0
+    );
+    let env = [("STORAGE_EMULATOR_HOST", common::buckets::GCS_ENDPOINT)];
+    for id in ["glock-1", "glock-2"] {
+        let cfg = backup_config(dir.path(), id, &vh.name, &storage);
+        let out = run_cli_env(&["backup", "--config", &cfg], &env);
+        assert_eq!(out.status.code(), Some(0), "{id}: {:?}", text(&out));
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    let store = bucket.storage();
+    let m = rmq_backup::manifest::Manifest::read(store.as_ref(), "glock-1").unwrap();
+    let seg = &m.queues[0].segments[0].key;
+    let until = store.retained_until(seg).unwrap().expect("retention set");
+    assert!(until > rmq_backup::now_ms() + 23 * 3_600_000, "{until}");
+    assert_eq!(
+        store.retained_until("glock-1/manifest.json").unwrap(),
+        None,
+        "the manifest is rewritten by its run: GCS could not replace a retained one"
+    );
+    let url = format!("gcs://{}", bucket.0);
+    let (code, report, stderr) = forget(&url, &env);
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    let d = decision(&report, "glock-1");
+    assert_eq!(d["action"], "keep", "{report}");
+    assert!(d["reasons"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("locked until "));
+}
