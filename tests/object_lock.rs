@@ -24,8 +24,48 @@ use std::time::Duration;
 struct LockedBucket(s3::Bucket);
 
 impl LockedBucket {
+    /// CreateBucket with `x-amz-bucket-object-lock-enabled: true`, signed here (SigV4):
+    /// rust-s3 0.38 sends the header with the value `Enabled`, which SeaweedFS (like AWS)
+    /// does not take for true, and creates a bucket without Object Lock.
     fn new(tag: &str) -> LockedBucket {
+        use sha2::{Digest, Sha256};
         let name = format!("rmqb-{tag}-{}", unique_suffix());
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let hmac = |k: &[u8], m: &str| {
+            ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, k), m.as_bytes())
+                .as_ref()
+                .to_vec()
+        };
+        let now = rmq_backup::units::rfc3339_ms(rmq_backup::now_ms());
+        let amz_date = format!("{}Z", &now.replace(['-', ':'], "")[..15]);
+        let day = &amz_date[..8];
+        let host = S3_ENDPOINT.trim_start_matches("http://");
+        let empty = hex(&Sha256::digest(b""));
+        let signed = "host;x-amz-bucket-object-lock-enabled;x-amz-content-sha256;x-amz-date";
+        let canonical = format!(
+            "PUT\n/{name}\n\nhost:{host}\nx-amz-bucket-object-lock-enabled:true\nx-amz-content-sha256:{empty}\nx-amz-date:{amz_date}\n\n{signed}\n{empty}"
+        );
+        let scope = format!("{day}/us-east-1/s3/aws4_request");
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+            hex(&Sha256::digest(canonical.as_bytes()))
+        );
+        let mut key = hmac(format!("AWS4{}", S3_ADMIN.1).as_bytes(), day);
+        for part in ["us-east-1", "s3", "aws4_request"] {
+            key = hmac(&key, part);
+        }
+        let signature = hex(&hmac(&key, &to_sign));
+        let auth = format!(
+            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed}, Signature={signature}",
+            S3_ADMIN.0
+        );
+        ureq::put(&format!("{S3_ENDPOINT}/{name}"))
+            .header("x-amz-bucket-object-lock-enabled", "true")
+            .header("x-amz-content-sha256", &empty)
+            .header("x-amz-date", &amz_date)
+            .header("authorization", &auth)
+            .send_empty()
+            .unwrap_or_else(|e| panic!("create bucket {name} (scripts/setup-storage.sh): {e}"));
         let creds =
             s3::creds::Credentials::new(Some(S3_ADMIN.0), Some(S3_ADMIN.1), None, None, None)
                 .expect("credentials");
@@ -33,10 +73,10 @@ impl LockedBucket {
             region: "us-east-1".into(),
             endpoint: S3_ENDPOINT.into(),
         };
-        let config = s3::BucketConfiguration::new(None, true, None, None, None, None, None, None);
-        let created = s3::Bucket::create_with_path_style(&name, region, creds, config)
-            .unwrap_or_else(|e| panic!("create bucket {name} (scripts/setup-storage.sh): {e}"));
-        LockedBucket(*created.bucket)
+        let bucket = s3::Bucket::new(&name, region, creds)
+            .expect("bucket")
+            .with_path_style();
+        LockedBucket(*bucket)
     }
 }
 
