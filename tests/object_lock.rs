@@ -228,9 +228,12 @@ fn s3_object_lock_keeps_backups_until_their_date_and_refuses_deletes() {
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
 
     // Once the date has passed, a later forget removes it.
-    let store =
-        rmq_backup::storage::open_url(&rmq_backup::storage::parse_storage_url(&url).unwrap())
-            .unwrap();
+    let cfg = rmq_backup::config::Config::from_yaml_str(&format!(
+        "mode: restore\nbackup_id: x\ntarget:\n  amqp_url: \"{}\"\nstorage:\n{storage}restore:\n  restore_definitions: false\n",
+        amqp_url("/")
+    ))
+    .expect("config");
+    let store = rmq_backup::storage::open_config(&cfg.storage).expect("open s3");
     loop {
         let until = store.retained_until("lock-1/manifest.json").unwrap();
         match until {
