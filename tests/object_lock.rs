@@ -295,3 +295,34 @@ fn gcs_object_retention_is_set_and_read_by_forget() {
         .unwrap()
         .starts_with("locked until "));
 }
+
+/// Azurite 3.37 accepts the version-level immutability headers of a put (signed with the
+/// rest), but keeps none of them: it returns no `x-ms-immutability-policy-until-date` and
+/// deletes the blob. What is tested: a backup with `object_lock` completes there, and reads
+/// back as any other.
+#[test]
+fn azurite_takes_the_immutability_headers_without_enforcing_them() {
+    let container = common::buckets::AzContainer::new("lock");
+    let vh = TestVhost::new("azlock");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "orders", "classic", FieldTable::new());
+    publish(&ch, "orders", &diverse_messages(20, 7, false));
+    let dir = TempDir::new("azlock");
+    let storage = format!(
+        "  backend: azure\n  account_name: {}\n  container_name: {}\n  endpoint: \"{}\"\n  account_key: \"{}\"\n  object_lock:\n    mode: compliance\n    retain_for: 1d\n",
+        common::buckets::AZ_ACCOUNT,
+        container.1,
+        common::buckets::AZ_ENDPOINT,
+        common::buckets::AZ_KEY
+    );
+    let cfg = backup_config(dir.path(), "az-1", &vh.name, &storage);
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    use rmq_backup::storage::Storage;
+    let m = rmq_backup::manifest::Manifest::read(&container.0, "az-1").expect("manifest");
+    let seg = &m.queues[0].segments[0].key;
+    assert_eq!(container.0.retained_until(seg).unwrap(), None, "Azurite keeps no policy");
+    let report = rmq_backup::inspect::validate(&container.0, "az-1", true).unwrap();
+    assert!(report.is_valid(), "{:?}", report.problems);
+}
