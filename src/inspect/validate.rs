@@ -74,13 +74,15 @@ impl ValidationReport {
                 "Backup {} is valid ({depth}): {} segments{}",
                 self.backup_id,
                 self.segments_checked,
-                if self.deep {
+                if self.deep && self.read_data_subset.is_some() {
                     format!(
-                        ", {} read ({}), {} records verified",
+                        ", {} of them read ({}), {} records verified",
                         self.segments_read,
                         crate::units::human_bytes(self.bytes_read),
                         self.records_checked
                     )
+                } else if self.deep {
+                    format!(", {} records verified", self.records_checked)
                 } else {
                     String::new()
                 }
