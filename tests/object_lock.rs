@@ -32,9 +32,12 @@ impl LockedBucket {
         let name = format!("rmqb-{tag}-{}", unique_suffix());
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         let hmac = |k: &[u8], m: &str| {
-            ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, k), m.as_bytes())
-                .as_ref()
-                .to_vec()
+            ring::hmac::sign(
+                &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, k),
+                m.as_bytes(),
+            )
+            .as_ref()
+            .to_vec()
         };
         let now = rmq_backup::units::rfc3339_ms(rmq_backup::now_ms());
         let amz_date = format!("{}Z", &now.replace(['-', ':'], "")[..15]);
@@ -322,7 +325,11 @@ fn azurite_takes_the_immutability_headers_without_enforcing_them() {
     use rmq_backup::storage::Storage;
     let m = rmq_backup::manifest::Manifest::read(&container.0, "az-1").expect("manifest");
     let seg = &m.queues[0].segments[0].key;
-    assert_eq!(container.0.retained_until(seg).unwrap(), None, "Azurite keeps no policy");
+    assert_eq!(
+        container.0.retained_until(seg).unwrap(),
+        None,
+        "Azurite keeps no policy"
+    );
     let report = rmq_backup::inspect::validate(&container.0, "az-1", true).unwrap();
     assert!(report.is_valid(), "{:?}", report.problems);
 }

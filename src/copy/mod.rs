@@ -241,8 +241,11 @@ fn copy_backup(
                 entry.segments.push(meta);
             }
             row.segments += batch.len() as u64;
+            // The queue so far: its count is what its copied segments hold.
+            let mut partial = entry.clone();
+            partial.message_count = partial.segments.iter().map(|s| s.record_count).sum();
             let mut queues = copied.clone();
-            queues.push(entry.clone());
+            queues.push(partial);
             write_interim(&queues)?;
         }
         copied.push(entry);
