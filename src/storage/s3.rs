@@ -252,6 +252,18 @@ impl S3Storage {
         h
     }
 
+    /// `e` of a put of `key`, with what to do when the bucket refused the lock headers (S3
+    /// answers 400 InvalidRequest to a bucket without Object Lock).
+    fn lock_hint(&self, key: &str, e: Error) -> Error {
+        let locked = self.lock.as_ref().is_some_and(|l| l.applies_to(key));
+        match e {
+            Error::Storage(m) if locked && m.contains("InvalidRequest") => Error::Storage(format!(
+                "{m} (storage.object_lock needs a bucket created with Object Lock enabled)"
+            )),
+            e => e,
+        }
+    }
+
     /// The bucket a put of `key` goes through: with the lock headers when it is locked.
     fn put_bucket(&self, key: &str) -> Result<std::borrow::Cow<'_, Bucket>> {
         let h = self.lock_headers(key);
@@ -262,6 +274,35 @@ impl S3Storage {
             .with_extra_headers(h)
             .map(std::borrow::Cow::Owned)
             .map_err(|e| Error::Storage(format!("Failed to put {key}: {}", safe_reason(&e))))
+    }
+
+    /// One put of the file at `path` (a multipart upload from [`MULTIPART_THRESHOLD`] on),
+    /// retried; the lock headers when `key` is locked.
+    fn put_file_plain(&self, key: &str, path: &Path) -> Result<()> {
+        let bucket = self.put_bucket(key)?;
+        self.run(&format!("put {key}"), || {
+            let mut file = std::fs::File::open(path).map_err(|e| read_error(path, &e))?;
+            let size = file.metadata().map_err(|e| read_error(path, &e))?.len();
+            if size < MULTIPART_THRESHOLD {
+                let mut data = Vec::with_capacity(size as usize);
+                file.read_to_end(&mut data)
+                    .map_err(|e| read_error(path, &e))?;
+                bucket
+                    .put_object(key, &data)
+                    .map(|_| ())
+                    .map_err(|e| classify("put", key, e))
+            } else {
+                log::trace!("storage: s3 multipart upload of {key} ({size} bytes)");
+                match bucket.put_object_stream(&mut file, key) {
+                    Ok(_) => Ok(()),
+                    // A read error of the source file surfaces as io; the file is local.
+                    Err(S3Error::Io(e)) if e.kind() != std::io::ErrorKind::ConnectionReset => {
+                        Err(read_error(path, &e))
+                    }
+                    Err(e) => Err(classify("put", key, e)),
+                }
+            }
+        })
     }
 
     fn run<T>(&self, what: &str, op: impl FnMut() -> std::result::Result<T, Attempt>) -> Result<T> {
@@ -357,11 +398,13 @@ impl Storage for S3Storage {
     fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
         validate_key(key)?;
         self.put_conditional(key, data, Precondition::Absent)
+            .map_err(|e| self.lock_hint(key, e))
     }
 
     fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional> {
         validate_key(key)?;
         self.put_file_new_impl(key, path)
+            .map_err(|e| self.lock_hint(key, e))
     }
 
     fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
@@ -372,34 +415,13 @@ impl Storage for S3Storage {
     fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional> {
         validate_key(key)?;
         self.put_conditional(key, data, Precondition::Version(version))
+            .map_err(|e| self.lock_hint(key, e))
     }
 
     fn put_file(&self, key: &str, path: &Path) -> Result<()> {
         validate_key(key)?;
-        let bucket = self.put_bucket(key)?;
-        self.run(&format!("put {key}"), || {
-            let mut file = std::fs::File::open(path).map_err(|e| read_error(path, &e))?;
-            let size = file.metadata().map_err(|e| read_error(path, &e))?.len();
-            if size < MULTIPART_THRESHOLD {
-                let mut data = Vec::with_capacity(size as usize);
-                file.read_to_end(&mut data)
-                    .map_err(|e| read_error(path, &e))?;
-                bucket
-                    .put_object(key, &data)
-                    .map(|_| ())
-                    .map_err(|e| classify("put", key, e))
-            } else {
-                log::trace!("storage: s3 multipart upload of {key} ({size} bytes)");
-                match bucket.put_object_stream(&mut file, key) {
-                    Ok(_) => Ok(()),
-                    // A read error of the source file surfaces as io; the file is local.
-                    Err(S3Error::Io(e)) if e.kind() != std::io::ErrorKind::ConnectionReset => {
-                        Err(read_error(path, &e))
-                    }
-                    Err(e) => Err(classify("put", key, e)),
-                }
-            }
-        })
+        self.put_file_plain(key, path)
+            .map_err(|e| self.lock_hint(key, e))
     }
 
     fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {
@@ -411,6 +433,7 @@ impl Storage for S3Storage {
                 .map(|_| ())
                 .map_err(|e| classify("put", key, e))
         })
+        .map_err(|e| self.lock_hint(key, e))
     }
 
     fn get_bytes(&self, key: &str) -> Result<Vec<u8>> {
@@ -661,6 +684,36 @@ pub(crate) mod tests {
                 let _ = s.bucket.delete();
             }
         }
+    }
+
+    #[test]
+    fn a_bucket_without_object_lock_refuses_the_lock_and_says_why() {
+        let b = TestBucket::new("nolock");
+        let mut o = options(&b.0, ADMIN);
+        o.object_lock = Some(crate::storage::object_lock::ObjectLock::new(
+            &crate::config::ObjectLockConfig {
+                mode: crate::config::LockMode::Governance,
+                retain_for: crate::config::RetainFor(60),
+            },
+            None,
+        ));
+        let s = S3Storage::open(o).expect("open");
+        let e = s
+            .put_bytes("b/manifest.json", b"{}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("Storage error: Failed to put b/manifest.json: 400 InvalidRequest")
+                && e.ends_with(
+                    "(storage.object_lock needs a bucket created with Object Lock enabled)"
+                ),
+            "{e}"
+        );
+        let e = s.put_bytes_new("b/x", b"{}").unwrap_err().to_string();
+        assert!(e.contains("needs a bucket created with Object Lock"), "{e}");
+        // Keys a run rewrites carry no lock: written as in any bucket.
+        s.put_bytes("b/state/lock.json", b"{}")
+            .expect("unlocked key");
     }
 
     #[test]
