@@ -48,6 +48,7 @@ fn create_buckets(name: &str) {
         account_key_file: None,
         client_secret_file: None,
         sas_token_file: None,
+        object_lock: None,
     };
     let opts = rmq_backup::storage::azure::AzureOptions::from_config(&cfg, &|_| None)
         .expect("azure options");

@@ -41,6 +41,7 @@ enum Command {
     Validate(ValidateCmd),
     Cat(inspect::cat::CatCmd),
     Forget(crate::retention::command::ForgetCmd),
+    Copy(crate::copy::command::CopyCmd),
     Config(ConfigCmd),
 }
 
@@ -161,6 +162,17 @@ struct ValidateCmd {
     /// fetch every segment and verify its checksums and records
     #[argh(switch)]
     deep: bool,
+    /// with --deep, read only a subset of the segments (restic's forms): N/T the slice N of T
+    /// by a hash of the segment key (slices 1/T..T/T together read each segment once), P% a
+    /// random P percent of the segments, SIZE (500M, 2G) random segments up to that many
+    /// stored bytes. The others are checked shallowly.
+    #[argh(option)]
+    read_data_subset: Option<inspect::Subset>,
+    /// write the metrics (broker_backup_validate_segments_read, _bytes_read,
+    /// _segments_failed, broker_backup_last_* with mode="validate") to this file for
+    /// node_exporter's textfile collector when the check ends
+    #[argh(option)]
+    metrics_textfile: Option<PathBuf>,
     /// output format: table (default) or json
     #[argh(option, default = "Format::Table")]
     format: Format,
@@ -353,18 +365,36 @@ fn run(command: Command) -> Result<i32> {
             } else {
                 None
             };
-            let storage = open_url(&cmd.path)?;
-            let report = inspect::validate_with_keys(
-                storage.as_ref(),
-                &cmd.backup_id,
-                cmd.deep,
-                keys.as_ref(),
-            )?;
-            print!("{}", report.render(cmd.format)?);
-            Ok(if report.is_valid() { 0 } else { EXIT_DAMAGED })
+            if cmd.read_data_subset.is_some() && !cmd.deep {
+                return Err(Error::Config(
+                    "--read-data-subset needs --deep (it chooses which segments are read)".into(),
+                ));
+            }
+            let started = Instant::now();
+            let result = (|| -> Result<i32> {
+                let storage = open_url(&cmd.path)?;
+                let report = inspect::validate_subset(
+                    storage.as_ref(),
+                    &cmd.backup_id,
+                    cmd.deep,
+                    keys.as_ref(),
+                    cmd.read_data_subset.as_ref(),
+                )?;
+                print!("{}", report.render(cmd.format)?);
+                Ok(if report.is_valid() { 0 } else { EXIT_DAMAGED })
+            })();
+            if let Some(path) = &cmd.metrics_textfile {
+                let code = match &result {
+                    Ok(c) => *c,
+                    Err(e) => e.exit_code(),
+                };
+                crate::metrics::export::write_run_textfile(path, "validate", code, started);
+            }
+            result
         }
         Command::Cat(cmd) => cmd.run(),
         Command::Forget(cmd) => cmd.run(),
+        Command::Copy(cmd) => cmd.run(),
         Command::Config(ConfigCmd {
             action: ConfigAction::Schema(_),
         }) => {

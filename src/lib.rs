@@ -22,6 +22,7 @@ pub mod broker;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod copy;
 pub mod definitions;
 pub mod encryption;
 pub mod error;

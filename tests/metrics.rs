@@ -130,6 +130,10 @@ fn check_exposition(text: &str) {
         ("broker_restore_messages_failed", "counter", "queue_type"),
         ("broker_backup_amqp_connections_active", "gauge", ""),
         ("broker_backup_stream_connections_active", "gauge", ""),
+        // validate --deep (--read-data-subset): registered in every process, 0 outside it.
+        ("broker_backup_validate_segments_read", "counter", ""),
+        ("broker_backup_validate_bytes_read", "counter", ""),
+        ("broker_backup_validate_segments_failed", "counter", ""),
     ];
     for (name, kind, third) in families {
         assert!(

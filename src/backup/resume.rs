@@ -408,8 +408,14 @@ pub(super) fn remove_unlisted_segments(
         };
         for key in keys.iter().filter(|k| !listed.contains(k.as_str())) {
             match storage.delete(key) {
-                Ok(()) => log::info!("{key}: segment of an earlier run or attempt, not in the backup, removed"),
-                Err(e) => log::warn!("{key}: segment of an earlier run or attempt, not in the backup, could not be removed: {e}"),
+                Ok(()) => log::info!(
+                    "{key}: segment of an earlier run or attempt, not in the backup, removed"
+                ),
+                Err(e) => crate::storage::append_only::skip_delete(
+                    "segment of an earlier run or attempt, not in the backup,",
+                    key,
+                    &e,
+                ),
             }
         }
     }

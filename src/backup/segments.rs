@@ -150,7 +150,11 @@ impl Stored<'_> {
         };
         for key in keys {
             if let Err(e) = ctx.storage.delete(&key) {
-                log::warn!("{key}: segment of a read left out of the backup could not be removed ({e}); forget --prune removes it");
+                crate::storage::append_only::skip_delete(
+                    "segment of a read left out of the backup",
+                    &key,
+                    &e,
+                );
             }
         }
     }

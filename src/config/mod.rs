@@ -23,6 +23,7 @@ mod checks;
 mod encryption;
 mod interpolate;
 mod metrics;
+pub mod object_lock;
 mod restore;
 mod retention;
 pub mod schema;
@@ -37,6 +38,7 @@ pub use backup::{BackupOptions, CompressionKind, RequeueStrategy, ShardConfig};
 pub use checkpoints::{OffsetBackend, OffsetStorageConfig};
 pub use encryption::{BackupEncryption, RestoreEncryption};
 pub use metrics::MetricsConfig;
+pub use object_lock::{LockMode, ObjectLockConfig, RetainFor};
 pub use restore::{
     ConvertMirroredQueues, DefinitionsSelection, PublishMode, RestoreOptions, StreamOffsets,
 };

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::checks::{check_non_empty, check_scheme, config_err};
+use super::object_lock::ObjectLockConfig;
 use super::Secret;
 use crate::error::Result;
 
@@ -32,6 +33,16 @@ pub enum StorageConfig {
 }
 
 impl StorageConfig {
+    /// The `object_lock` of an object store's section; `None` for filesystem and memory.
+    pub fn object_lock(&self) -> Option<&ObjectLockConfig> {
+        match self {
+            StorageConfig::S3(s) => s.object_lock.as_ref(),
+            StorageConfig::Azure(a) => a.object_lock.as_ref(),
+            StorageConfig::Gcs(g) => g.object_lock.as_ref(),
+            StorageConfig::Filesystem(_) | StorageConfig::Memory => None,
+        }
+    }
+
     /// The `backend` value: `filesystem`, `s3`, `azure`, `gcs` or `memory`.
     pub fn backend_name(&self) -> &'static str {
         match self {
@@ -74,6 +85,9 @@ pub struct S3Storage {
     pub path_style: bool,
     /// Allow `http://` endpoints, default false.
     pub allow_http: bool,
+    /// Retention set on every object a backup writes (README "Protecting backups from
+    /// deletion"); none when absent.
+    pub object_lock: Option<ObjectLockConfig>,
 }
 
 /// `backend: azure` fields (SPEC.md "storage").
@@ -105,6 +119,9 @@ pub struct AzureStorage {
     pub client_secret_file: Option<PathBuf>,
     /// A file holding the SAS token, instead of `sas_token`.
     pub sas_token_file: Option<PathBuf>,
+    /// Retention set on every object a backup writes (README "Protecting backups from
+    /// deletion"); none when absent.
+    pub object_lock: Option<ObjectLockConfig>,
 }
 
 /// `backend: gcs` fields (SPEC.md "storage").
@@ -116,6 +133,9 @@ pub struct GcsStorage {
     pub service_account_path: Option<PathBuf>,
     /// Key prefix.
     pub prefix: Option<String>,
+    /// Retention set on every object a backup writes (README "Protecting backups from
+    /// deletion"); none when absent.
+    pub object_lock: Option<ObjectLockConfig>,
 }
 
 /// The `backend` tag of [`StorageConfig`].
@@ -180,6 +200,8 @@ struct RawStorage {
     client_secret_file: Option<PathBuf>,
     #[serde(default)]
     sas_token_file: Option<PathBuf>,
+    #[serde(default)]
+    object_lock: Option<ObjectLockConfig>,
 }
 
 impl RawStorage {
@@ -212,6 +234,7 @@ impl RawStorage {
             ("account_key_file", self.account_key_file.is_some()),
             ("client_secret_file", self.client_secret_file.is_some()),
             ("sas_token_file", self.sas_token_file.is_some()),
+            ("object_lock", self.object_lock.is_some()),
         ];
         set.iter().filter(|(_, s)| *s).map(|(n, _)| *n).collect()
     }
@@ -240,6 +263,7 @@ impl TryFrom<RawStorage> for StorageConfig {
                     "prefix",
                     "path_style",
                     "allow_http",
+                    "object_lock",
                 ],
             ),
             StorageBackend::Azure => (
@@ -258,9 +282,13 @@ impl TryFrom<RawStorage> for StorageConfig {
                     "account_key_file",
                     "client_secret_file",
                     "sas_token_file",
+                    "object_lock",
                 ],
             ),
-            StorageBackend::Gcs => ("gcs", &["bucket", "service_account_path", "prefix"]),
+            StorageBackend::Gcs => (
+                "gcs",
+                &["bucket", "service_account_path", "prefix", "object_lock"],
+            ),
             StorageBackend::Memory => ("memory", &[]),
         };
         if let Some(field) = raw
@@ -287,6 +315,7 @@ impl TryFrom<RawStorage> for StorageConfig {
                 prefix: raw.prefix,
                 path_style: raw.path_style.unwrap_or(false),
                 allow_http: raw.allow_http.unwrap_or(false),
+                object_lock: raw.object_lock,
             }),
             StorageBackend::Azure => StorageConfig::Azure(AzureStorage {
                 account_name: required(raw.account_name, "account_name", name)?,
@@ -302,11 +331,13 @@ impl TryFrom<RawStorage> for StorageConfig {
                 account_key_file: raw.account_key_file,
                 client_secret_file: raw.client_secret_file,
                 sas_token_file: raw.sas_token_file,
+                object_lock: raw.object_lock,
             }),
             StorageBackend::Gcs => StorageConfig::Gcs(GcsStorage {
                 bucket: required(raw.bucket, "bucket", name)?,
                 service_account_path: raw.service_account_path,
                 prefix: raw.prefix,
+                object_lock: raw.object_lock,
             }),
             StorageBackend::Memory => StorageConfig::Memory,
         })

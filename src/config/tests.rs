@@ -720,6 +720,7 @@ fn storage_rules() {
             prefix: None,
             path_style: false,
             allow_http: false,
+            object_lock: None,
         };
         f(&mut s);
         let mut c = backup();
@@ -756,6 +757,7 @@ fn storage_rules() {
         prefix: Some("team/a".into()),
         path_style: true,
         allow_http: true,
+        object_lock: None,
     });
     assert_eq!(c.validate(), Ok(()), "a valid s3 config");
     let mut c = backup();
@@ -773,6 +775,7 @@ fn storage_rules() {
         account_key_file: None,
         client_secret_file: None,
         sas_token_file: None,
+        object_lock: None,
     });
     assert_eq!(invalid(&c), "storage.container_name must not be empty");
     let mut c = backup();
@@ -780,6 +783,7 @@ fn storage_rules() {
         bucket: "".into(),
         service_account_path: None,
         prefix: None,
+        object_lock: None,
     });
     assert_eq!(invalid(&c), "storage.bucket must not be empty");
 }
@@ -808,6 +812,7 @@ fn storage_yaml_shapes() {
             prefix: Some("p".into()),
             path_style: true,
             allow_http: true,
+            object_lock: None,
         })
     );
     let c = parsed(&with_storage("  backend: s3\n  bucket: bk\n"));
@@ -837,6 +842,7 @@ fn storage_yaml_shapes() {
             account_key_file: None,
             client_secret_file: None,
             sas_token_file: None,
+            object_lock: None,
         })
     );
     let c = parsed(&with_storage(
@@ -848,6 +854,7 @@ fn storage_yaml_shapes() {
             bucket: "g".into(),
             service_account_path: Some("/k.json".into()),
             prefix: Some("p".into()),
+            object_lock: None,
         })
     );
     // The tag may come after the other fields.

@@ -43,6 +43,17 @@ impl Config {
                 return Err(config_err("offset_storage.db_path must not be empty"));
             }
             check_positive(off.sync_interval_secs, "offset_storage.sync_interval_secs")?;
+            // The database is rewritten every sync: with an object lock it must live where
+            // nothing is locked (`crate::storage::object_lock`).
+            let unlocked = |k: &str| k.split('/').nth(1) == Some("state");
+            if let (Some(_), Some(key)) = (self.storage.object_lock(), &off.s3_key) {
+                if !unlocked(key) {
+                    return Err(config_err(format!(
+                        "offset_storage.s3_key {key:?} would be locked by storage.object_lock, yet every sync rewrites it: put it under {{backup_id}}/state/ (e.g. {}/state/offsets.db)",
+                        self.backup_id
+                    )));
+                }
+            }
         }
         if let Some(r) = &self.retention {
             if self.mode != Mode::Backup {

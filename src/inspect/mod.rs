@@ -12,9 +12,11 @@ use std::fmt::Write as _;
 
 pub mod cat;
 pub mod cat_json;
+pub mod subset;
 mod validate;
+pub use subset::Subset;
 use validate::{is_damage, report_problem};
-pub use validate::{validate, validate_with_keys, Problem, ValidationReport};
+pub use validate::{validate, validate_subset, validate_with_keys, Problem, ValidationReport};
 
 /// Output format of the inspection commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

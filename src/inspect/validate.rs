@@ -7,6 +7,7 @@
 //! `--deep` a stream's records carry rising offsets and each segment follows the one before
 //! (`manifest::stream_segment_follows`: offsets no message takes are not damage).
 
+use super::subset::Subset;
 use super::{read_manifest, render, status, to_json, Format};
 use crate::encryption::Identities;
 use crate::error::{Error, Result};
@@ -37,6 +38,16 @@ pub struct ValidationReport {
     pub status: &'static str,
     pub segments_checked: u64,
     pub records_checked: u64,
+    /// `--read-data-subset` as given (`2/7`, `10%`, `500 MiB`); null for a full check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_data_subset: Option<String>,
+    /// Segments fetched and read (every one with `--deep` and no subset; 0 when shallow).
+    pub segments_read: u64,
+    /// Stored bytes of the segments read.
+    pub bytes_read: u64,
+    /// With `--read-data-subset`: the keys of the segments read, in manifest order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub segments_read_keys: Vec<String>,
     pub problems: Vec<Problem>,
 }
 
@@ -53,13 +64,24 @@ impl ValidationReport {
         }
         let mut out = String::new();
         let depth = if self.deep { "deep" } else { "shallow" };
+        let depth = match &self.read_data_subset {
+            Some(s) => format!("{depth} check of subset {s}"),
+            None => format!("{depth} check"),
+        };
         if self.is_valid() {
             let _ = writeln!(
                 out,
-                "Backup {} is valid ({depth} check): {} segments{}",
+                "Backup {} is valid ({depth}): {} segments{}",
                 self.backup_id,
                 self.segments_checked,
-                if self.deep {
+                if self.deep && self.read_data_subset.is_some() {
+                    format!(
+                        ", {} of them read ({}), {} records verified",
+                        self.segments_read,
+                        crate::units::human_bytes(self.bytes_read),
+                        self.records_checked
+                    )
+                } else if self.deep {
                     format!(", {} records verified", self.records_checked)
                 } else {
                     String::new()
@@ -68,7 +90,7 @@ impl ValidationReport {
         } else {
             let _ = writeln!(
                 out,
-                "Backup {} is DAMAGED ({depth} check): {} problem(s) in {} segments",
+                "Backup {} is DAMAGED ({depth}): {} problem(s) in {} segments",
                 self.backup_id,
                 self.problems.len(),
                 self.segments_checked
@@ -117,10 +139,42 @@ pub fn validate_with_keys(
     deep: bool,
     keys: Option<&Identities>,
 ) -> Result<ValidationReport> {
+    validate_subset(storage, backup_id, deep, keys, None)
+}
+
+/// [`validate_with_keys`] that reads only `subset` of the segments when `deep`
+/// (`--read-data-subset`, [`Subset`]); the others are checked shallowly. The definitions are
+/// read whole either way. Counts what it read and what failed in the
+/// `broker_backup_validate_*` metrics.
+///
+/// Errors: as [`validate_with_keys`]; the identity is checked against the selected segments
+/// only; `I/O error:` when a random subset cannot be drawn.
+pub fn validate_subset(
+    storage: &dyn Storage,
+    backup_id: &str,
+    deep: bool,
+    keys: Option<&Identities>,
+    subset: Option<&Subset>,
+) -> Result<ValidationReport> {
     let m = read_manifest(storage, backup_id)?;
+    let all: Vec<&manifest::SegmentMetadata> = m.queues.iter().flat_map(|q| &q.segments).collect();
+    let read: Vec<bool> = match (deep, subset) {
+        (false, _) => vec![false; all.len()],
+        (true, None) => vec![true; all.len()],
+        (true, Some(s)) => {
+            let sizes: Vec<(&str, u64)> =
+                all.iter().map(|s| (s.key.as_str(), s.size_bytes)).collect();
+            s.select(&sizes)?
+        }
+    };
     if deep {
-        // Every segment and the definitions: the identity opens each, none is in clear.
-        crate::fetch::check_readable(&m, keys, m.queues.iter().flat_map(|q| &q.segments), true)?;
+        // The segments read and the definitions: the identity opens each, none is in clear.
+        crate::fetch::check_readable(
+            &m,
+            keys,
+            all.iter().zip(&read).filter(|(_, r)| **r).map(|(s, _)| *s),
+            true,
+        )?;
     }
     let mut report = ValidationReport {
         backup_id: backup_id.to_string(),
@@ -129,6 +183,10 @@ pub fn validate_with_keys(
         status: status(storage, &m)?,
         segments_checked: 0,
         records_checked: 0,
+        read_data_subset: subset.filter(|_| deep).map(|s| s.to_string()),
+        segments_read: 0,
+        bytes_read: 0,
+        segments_read_keys: Vec::new(),
         problems: Vec::new(),
     };
     let manifest_key = manifest::manifest_key(backup_id);
@@ -188,9 +246,15 @@ pub fn validate_with_keys(
             problems.push(problem(&manifest_key, gap));
         }
     }
-    let segments: Vec<&manifest::SegmentMetadata> =
-        m.queues.iter().flat_map(|q| &q.segments).collect();
-    let mut checked = check_segments(storage, &segments, spool.as_ref().map(|d| d.path()), keys);
+    let metrics = crate::metrics::global();
+    for (s, _) in all.iter().zip(&read).filter(|(_, r)| **r) {
+        report.segments_read += 1;
+        report.bytes_read += s.size_bytes;
+        if subset.is_some() {
+            report.segments_read_keys.push(s.key.clone());
+        }
+    }
+    let mut checked = check_segments(storage, &all, &read, spool.as_ref().map(|d| d.path()), keys);
     // Storage that cannot be read is no proof of damage: the run fails (exit 1).
     if let Some(i) = checked
         .iter()
@@ -200,17 +264,29 @@ pub fn validate_with_keys(
             return Err(e);
         }
     }
+    metrics.validate_segments_read.add(report.segments_read);
+    metrics.validate_bytes_read.add(report.bytes_read);
+    metrics
+        .validate_segments_failed
+        .add(checked.iter().filter(|r| matches!(r, Some(Err(_)))).count() as u64);
     let mut checked = checked.into_iter();
+    let mut was_read = read.iter().copied();
     for q in &m.queues {
         let stream = q.queue_type == crate::broker::QueueType::Stream;
         // The segment before: its number, the tag of its last record (a stream's offset), key.
         let mut last_tag: Option<(u64, u64, &str)> = None;
         for s in &q.segments {
             report.segments_checked += 1;
+            let was_read = was_read.next().unwrap_or(false);
             match checked.next().flatten() {
                 Some(Ok(c)) => {
                     report.records_checked += c.records;
-                    if !stream {
+                    if !was_read {
+                        // A shallow check of a segment outside the subset: the next one
+                        // read has no segment before it to follow.
+                        last_tag = None;
+                    }
+                    if !stream || !was_read {
                         continue;
                     }
                     if let Some(e) = c.gap {
@@ -311,6 +387,7 @@ fn check_segment_exists(storage: &dyn Storage, s: &manifest::SegmentMetadata) ->
 fn check_segments(
     storage: &dyn Storage,
     segments: &[&manifest::SegmentMetadata],
+    read: &[bool],
     spool: Option<&std::path::Path>,
     keys: Option<&Identities>,
 ) -> Vec<Option<Result<SegmentCheck>>> {
@@ -319,11 +396,12 @@ fn check_segments(
     let unreachable = AtomicBool::new(false);
     segments
         .par_iter()
-        .map(|s| {
+        .zip(read)
+        .map(|(s, read)| {
             if unreachable.load(Ordering::Relaxed) {
                 return None;
             }
-            let r = match spool {
+            let r = match spool.filter(|_| *read) {
                 Some(dir) => {
                     // One spool file per pool thread: each checks one segment at a time.
                     let worker = rayon::current_thread_index().unwrap_or(0);

@@ -62,6 +62,17 @@ pub fn finish_run(cfg: Option<&MetricsConfig>, mode: &str, exit_code: i32, start
     }
 }
 
+/// Records the end of a command run of `mode` (`validate`) that exits `exit_code` and writes
+/// the whole exposition to the textfile `path` ([`write_textfile`]); a failure is a warning.
+pub fn write_run_textfile(path: &Path, mode: &str, exit_code: i32, started: Instant) {
+    let metrics = global();
+    metrics.run_ended(mode, exit_code, SystemTime::now(), started.elapsed());
+    match write_textfile(path, &metrics.render(), mode, exit_code == 0) {
+        Ok(()) => log::info!("metrics: written to {}", path.display()),
+        Err(e) => log::warn!("metrics textfile not written: {e}"),
+    }
+}
+
 /// Writes `text` (merged with the previous file, [`merge`]) to `path` atomically: a file
 /// `path.tmp-<pid>` beside it, renamed over `path`. Readable by others (mode 0644 from the
 /// umask), as node_exporter usually runs as another user.

@@ -208,6 +208,14 @@ pub struct Metrics {
     /// a failure leaves the backup's exit code alone, so this and the log say it. Not in
     /// SPEC.md's list.
     pub retention_runs: CounterFamily<1>,
+    /// `broker_backup_validate_segments_read` (no labels): segments `validate --deep` fetched
+    /// and read (all, or its `--read-data-subset`). Not in SPEC.md's list.
+    pub validate_segments_read: Counter,
+    /// `broker_backup_validate_bytes_read` (no labels): stored bytes of those segments.
+    pub validate_bytes_read: Counter,
+    /// `broker_backup_validate_segments_failed` (no labels): segments `validate` found
+    /// missing or damaged.
+    pub validate_segments_failed: Counter,
     /// `broker_restore_messages_published` (QueueLabels).
     pub restore_published: CounterFamily,
     /// `broker_restore_messages_confirmed` (QueueLabels).
@@ -294,6 +302,9 @@ impl Metrics {
                 "Retention (the configuration's retention section) applied after a successful backup, by outcome.",
                 ["outcome"],
             ),
+            validate_segments_read: Counter::default(),
+            validate_bytes_read: Counter::default(),
+            validate_segments_failed: Counter::default(),
             restore_published: q(
                 "broker_restore_messages_published",
                 "Messages published to the target during restore.",
@@ -414,6 +425,26 @@ impl Metrics {
         self.queue_retries.render(&mut out);
         self.storage_retries.render(&mut out);
         self.retention_runs.render(&mut out);
+        for (name, help, counter) in [
+            (
+                "broker_backup_validate_segments_read",
+                "Segments validate --deep fetched and read (all, or its --read-data-subset).",
+                &self.validate_segments_read,
+            ),
+            (
+                "broker_backup_validate_bytes_read",
+                "Stored bytes of the segments validate --deep read.",
+                &self.validate_bytes_read,
+            ),
+            (
+                "broker_backup_validate_segments_failed",
+                "Segments validate found missing or damaged.",
+                &self.validate_segments_failed,
+            ),
+        ] {
+            header(&mut out, name, help, "counter");
+            let _ = writeln!(out, "{name} {}", counter.get());
+        }
         self.restore_published.render(&mut out);
         self.restore_confirmed.render(&mut out);
         self.restore_failed.render(&mut out);
@@ -580,6 +611,9 @@ mod tests {
             ("broker_backup_amqp_connections_active", "gauge"),
             ("broker_backup_stream_connections_active", "gauge"),
             ("broker_backup_checkpoint_sync_failures", "counter"),
+            ("broker_backup_validate_segments_read", "counter"),
+            ("broker_backup_validate_bytes_read", "counter"),
+            ("broker_backup_validate_segments_failed", "counter"),
             ("broker_backup_last_run_timestamp_seconds", "gauge"),
             ("broker_backup_last_run_exit_code", "gauge"),
             ("broker_backup_last_success_timestamp_seconds", "gauge"),

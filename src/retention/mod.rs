@@ -217,6 +217,16 @@ pub fn forget_keeping(
     }
     let mut decisions = decide(&found, opts);
     let mut errors = Vec::new();
+    for (d, f) in decisions.iter_mut().zip(&found) {
+        if !d.remove {
+            continue;
+        }
+        if let Some(why) = retained(storage, &d.backup_id, f.manifest.as_ref().ok())? {
+            log::info!("forget: backup {} kept: {why}", d.backup_id);
+            d.remove = false;
+            d.reasons = vec![why];
+        }
+    }
     if !opts.dry_run {
         for (d, f) in decisions.iter_mut().zip(&found) {
             if !d.remove {
@@ -257,6 +267,33 @@ pub fn forget_keeping(
         orphans,
         errors,
     })
+}
+
+/// `Some("locked until <time>: ...")` while the storage retains backup `backup_id`
+/// (`storage.object_lock`, or a bucket's default retention): its manifest, written last, has
+/// the latest date of its objects; on GCS, where the manifest is not locked (it is rewritten),
+/// its last segment stands for the backup. Such a backup is kept, not an error; a later
+/// `forget` removes it once the date has passed.
+///
+/// Errors: the storage's.
+fn retained(
+    storage: &dyn Storage,
+    backup_id: &str,
+    manifest: Option<&Manifest>,
+) -> Result<Option<String>> {
+    let mut until = storage.retained_until(&manifest_key(backup_id))?;
+    if until.is_none() {
+        let last = manifest.and_then(|m| m.queues.iter().rev().find_map(|q| q.segments.last()));
+        if let Some(s) = last {
+            until = storage.retained_until(&s.key)?;
+        }
+    }
+    Ok(until.filter(|t| *t > now_ms()).map(|t| {
+        format!(
+            "{}: the storage refuses to delete it before then; a later forget removes it",
+            crate::storage::object_lock::locked_until(t)
+        )
+    }))
 }
 
 /// The decision for each backup found (same order): the policy on completed backups, the

@@ -8,11 +8,13 @@
 //!
 //! Every backend passes one conformance suite (`conformance::run`, test builds only).
 
+pub mod append_only;
 pub mod azure;
 pub mod conditional;
 pub mod filesystem;
 pub mod gcs;
 pub mod memory;
+pub mod object_lock;
 pub mod retry;
 pub mod s3;
 mod traced;
@@ -103,6 +105,16 @@ pub trait Storage: Send + Sync {
 
     /// Human-readable location without secrets, e.g. `file:///var/backups`, `memory://default`.
     fn location(&self) -> String;
+
+    /// When the retention of `key` (S3 Object Lock, Azure immutability policy, GCS object
+    /// retention: `storage.object_lock`, or a bucket's default) ends, epoch ms; `None` when the
+    /// object has none, is absent, or the backend has no such thing (the default: filesystem,
+    /// memory). `forget` keeps a backup whose manifest is retained (README "Protecting backups
+    /// from deletion").
+    fn retained_until(&self, key: &str) -> Result<Option<i64>> {
+        let _ = key;
+        Ok(None)
+    }
 
     /// Backup ids: the first key components that hold a `manifest.json` directly below them,
     /// sorted. The default implementation lists every key; backends may answer faster.
@@ -376,6 +388,13 @@ impl Storage for Prefixed {
         let full = self.full(key)?;
         self.inner
             .put_bytes_if(&full, data, version)
+            .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn retained_until(&self, key: &str) -> Result<Option<i64>> {
+        let full = self.full(key)?;
+        self.inner
+            .retained_until(&full)
             .map_err(|e| unprefix_error(e, &full, key))
     }
 

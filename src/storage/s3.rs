@@ -66,6 +66,8 @@ pub struct S3Options {
     pub allow_http: bool,
     /// Retry policy of every request.
     pub retry: Policy,
+    /// `storage.object_lock`: the retention headers of every put of a locked key.
+    pub object_lock: Option<super::object_lock::ObjectLock>,
 }
 
 impl S3Options {
@@ -80,6 +82,10 @@ impl S3Options {
             path_style: cfg.path_style,
             allow_http: cfg.allow_http,
             retry: Policy::for_backend("s3"),
+            object_lock: cfg
+                .object_lock
+                .as_ref()
+                .map(|l| super::object_lock::ObjectLock::new(l, cfg.prefix.as_deref())),
         }
     }
 }
@@ -99,6 +105,7 @@ pub struct S3Storage {
     download: Box<Bucket>,
     retry: Policy,
     location: String,
+    lock: Option<super::object_lock::ObjectLock>,
 }
 
 fn create_error(reason: impl std::fmt::Display) -> Error {
@@ -179,6 +186,7 @@ impl S3Storage {
             download,
             retry: opts.retry,
             location,
+            lock: opts.object_lock,
         };
         storage.probe()?;
         Ok(storage)
@@ -215,6 +223,86 @@ impl S3Storage {
                 None => create_error(format!("endpoint answered {reason}")),
             },
         )
+    }
+
+    /// The S3 Object Lock headers of a put of `key` (`x-amz-object-lock-mode`,
+    /// `x-amz-object-lock-retain-until-date`, the date from now), empty when `key` is not
+    /// locked ([`super::object_lock`]).
+    pub(super) fn lock_headers(&self, key: &str) -> ureq::http::HeaderMap {
+        let mut h = ureq::http::HeaderMap::new();
+        if let Some(l) = self.lock.as_ref().filter(|l| l.applies_to(key)) {
+            let mode = match l.mode {
+                crate::config::LockMode::Governance => "GOVERNANCE",
+                crate::config::LockMode::Compliance => "COMPLIANCE",
+            };
+            if let (Ok(m), Ok(u)) = (
+                ureq::http::HeaderValue::from_str(mode),
+                ureq::http::HeaderValue::from_str(&l.until_rfc3339()),
+            ) {
+                h.insert(
+                    ureq::http::HeaderName::from_static("x-amz-object-lock-mode"),
+                    m,
+                );
+                h.insert(
+                    ureq::http::HeaderName::from_static("x-amz-object-lock-retain-until-date"),
+                    u,
+                );
+            }
+        }
+        h
+    }
+
+    /// `e` of a put of `key`, with what to do when the bucket refused the lock headers (S3
+    /// answers 400 InvalidRequest to a bucket without Object Lock).
+    fn lock_hint(&self, key: &str, e: Error) -> Error {
+        let locked = self.lock.as_ref().is_some_and(|l| l.applies_to(key));
+        match e {
+            Error::Storage(m) if locked && m.contains("InvalidRequest") => Error::Storage(format!(
+                "{m} (storage.object_lock needs a bucket created with Object Lock enabled)"
+            )),
+            e => e,
+        }
+    }
+
+    /// The bucket a put of `key` goes through: with the lock headers when it is locked.
+    fn put_bucket(&self, key: &str) -> Result<std::borrow::Cow<'_, Bucket>> {
+        let h = self.lock_headers(key);
+        if h.is_empty() {
+            return Ok(std::borrow::Cow::Borrowed(&*self.bucket));
+        }
+        self.bucket
+            .with_extra_headers(h)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| Error::Storage(format!("Failed to put {key}: {}", safe_reason(&e))))
+    }
+
+    /// One put of the file at `path` (a multipart upload from [`MULTIPART_THRESHOLD`] on),
+    /// retried; the lock headers when `key` is locked.
+    fn put_file_plain(&self, key: &str, path: &Path) -> Result<()> {
+        let bucket = self.put_bucket(key)?;
+        self.run(&format!("put {key}"), || {
+            let mut file = std::fs::File::open(path).map_err(|e| read_error(path, &e))?;
+            let size = file.metadata().map_err(|e| read_error(path, &e))?.len();
+            if size < MULTIPART_THRESHOLD {
+                let mut data = Vec::with_capacity(size as usize);
+                file.read_to_end(&mut data)
+                    .map_err(|e| read_error(path, &e))?;
+                bucket
+                    .put_object(key, &data)
+                    .map(|_| ())
+                    .map_err(|e| classify("put", key, e))
+            } else {
+                log::trace!("storage: s3 multipart upload of {key} ({size} bytes)");
+                match bucket.put_object_stream(&mut file, key) {
+                    Ok(_) => Ok(()),
+                    // A read error of the source file surfaces as io; the file is local.
+                    Err(S3Error::Io(e)) if e.kind() != std::io::ErrorKind::ConnectionReset => {
+                        Err(read_error(path, &e))
+                    }
+                    Err(e) => Err(classify("put", key, e)),
+                }
+            }
+        })
     }
 
     fn run<T>(&self, what: &str, op: impl FnMut() -> std::result::Result<T, Attempt>) -> Result<T> {
@@ -310,11 +398,13 @@ impl Storage for S3Storage {
     fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
         validate_key(key)?;
         self.put_conditional(key, data, Precondition::Absent)
+            .map_err(|e| self.lock_hint(key, e))
     }
 
     fn put_file_new(&self, key: &str, path: &Path) -> Result<Conditional> {
         validate_key(key)?;
         self.put_file_new_impl(key, path)
+            .map_err(|e| self.lock_hint(key, e))
     }
 
     fn get_with_version(&self, key: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>> {
@@ -325,43 +415,25 @@ impl Storage for S3Storage {
     fn put_bytes_if(&self, key: &str, data: &[u8], version: &ObjectVersion) -> Result<Conditional> {
         validate_key(key)?;
         self.put_conditional(key, data, Precondition::Version(version))
+            .map_err(|e| self.lock_hint(key, e))
     }
 
     fn put_file(&self, key: &str, path: &Path) -> Result<()> {
         validate_key(key)?;
-        self.run(&format!("put {key}"), || {
-            let mut file = std::fs::File::open(path).map_err(|e| read_error(path, &e))?;
-            let size = file.metadata().map_err(|e| read_error(path, &e))?.len();
-            if size < MULTIPART_THRESHOLD {
-                let mut data = Vec::with_capacity(size as usize);
-                file.read_to_end(&mut data)
-                    .map_err(|e| read_error(path, &e))?;
-                self.bucket
-                    .put_object(key, &data)
-                    .map(|_| ())
-                    .map_err(|e| classify("put", key, e))
-            } else {
-                log::trace!("storage: s3 multipart upload of {key} ({size} bytes)");
-                match self.bucket.put_object_stream(&mut file, key) {
-                    Ok(_) => Ok(()),
-                    // A read error of the source file surfaces as io; the file is local.
-                    Err(S3Error::Io(e)) if e.kind() != std::io::ErrorKind::ConnectionReset => {
-                        Err(read_error(path, &e))
-                    }
-                    Err(e) => Err(classify("put", key, e)),
-                }
-            }
-        })
+        self.put_file_plain(key, path)
+            .map_err(|e| self.lock_hint(key, e))
     }
 
     fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {
         validate_key(key)?;
+        let bucket = self.put_bucket(key)?;
         self.run(&format!("put {key}"), || {
-            self.bucket
+            bucket
                 .put_object(key, data)
                 .map(|_| ())
                 .map_err(|e| classify("put", key, e))
         })
+        .map_err(|e| self.lock_hint(key, e))
     }
 
     fn get_bytes(&self, key: &str) -> Result<Vec<u8>> {
@@ -525,6 +597,21 @@ impl Storage for S3Storage {
     fn location(&self) -> String {
         self.location.clone()
     }
+
+    /// `x-amz-object-lock-retain-until-date` of a HEAD (needs `s3:GetObjectRetention`; an
+    /// identity without it sees none).
+    fn retained_until(&self, key: &str) -> Result<Option<i64>> {
+        validate_key(key)?;
+        self.run(&format!("head {key}"), || {
+            match self.bucket.head_object(key) {
+                Ok((h, _)) => Ok(h
+                    .object_lock_retain_until_date
+                    .and_then(|d| crate::units::parse_time(&d).ok())),
+                Err(S3Error::HttpFailWithBody(404, _)) => Ok(None),
+                Err(e) => Err(classify("head", key, e)),
+            }
+        })
+    }
 }
 
 /// Tests against the SeaweedFS of `scripts/setup-storage.sh` (127.0.0.1:8333, SigV4 enforced,
@@ -554,6 +641,7 @@ pub(crate) mod tests {
                 max_delay: Duration::from_millis(100),
                 backend: "s3",
             },
+            object_lock: None,
         }
     }
 
@@ -596,6 +684,36 @@ pub(crate) mod tests {
                 let _ = s.bucket.delete();
             }
         }
+    }
+
+    #[test]
+    fn a_bucket_without_object_lock_refuses_the_lock_and_says_why() {
+        let b = TestBucket::new("nolock");
+        let mut o = options(&b.0, ADMIN);
+        o.object_lock = Some(crate::storage::object_lock::ObjectLock::new(
+            &crate::config::ObjectLockConfig {
+                mode: crate::config::LockMode::Governance,
+                retain_for: crate::config::RetainFor(60),
+            },
+            None,
+        ));
+        let s = S3Storage::open(o).expect("open");
+        let e = s
+            .put_bytes("b/manifest.json", b"{}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("Storage error: Failed to put b/manifest.json: 400 InvalidRequest")
+                && e.ends_with(
+                    "(storage.object_lock needs a bucket created with Object Lock enabled)"
+                ),
+            "{e}"
+        );
+        let e = s.put_bytes_new("b/x", b"{}").unwrap_err().to_string();
+        assert!(e.contains("needs a bucket created with Object Lock"), "{e}");
+        // Keys a run rewrites carry no lock: written as in any bucket.
+        s.put_bytes("b/state/lock.json", b"{}")
+            .expect("unlocked key");
     }
 
     #[test]

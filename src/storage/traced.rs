@@ -153,6 +153,15 @@ impl Storage for Traced {
         self.inner.location()
     }
 
+    fn retained_until(&self, key: &str) -> Result<Option<i64>> {
+        self.traced(
+            "retention of",
+            key,
+            |_| None,
+            || self.inner.retained_until(key),
+        )
+    }
+
     fn list_backup_ids(&self) -> Result<Vec<String>> {
         self.traced(
             "list backup ids in",

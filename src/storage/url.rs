@@ -453,6 +453,7 @@ fn open_untraced(url: &StorageUrl) -> Result<Arc<dyn Storage>> {
                 account_key_file: None,
                 client_secret_file: None,
                 sas_token_file: None,
+                object_lock: None,
             };
             super::with_prefix(super::azure::open(&cfg)?, prefix.as_deref())
         }
@@ -462,6 +463,7 @@ fn open_untraced(url: &StorageUrl) -> Result<Arc<dyn Storage>> {
                 bucket: bucket.clone(),
                 service_account_path: None,
                 prefix: None,
+                object_lock: None,
             };
             super::with_prefix(super::gcs::open(&cfg)?, prefix.as_deref())
         }

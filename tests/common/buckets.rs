@@ -39,6 +39,7 @@ impl AzContainer {
             account_key_file: None,
             client_secret_file: None,
             sas_token_file: None,
+            object_lock: None,
         };
         let opts = AzureOptions::from_config(&cfg, &|_| None).expect("options");
         let s = AzureBlobStorage::new(opts).expect("Azurite (scripts/setup-storage.sh)");

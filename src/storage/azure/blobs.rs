@@ -9,10 +9,31 @@ use std::io::{self, Read};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 impl AzureBlobStorage {
+    /// Adds the version-level immutability policy of `storage.object_lock` to a Put Blob or
+    /// Put Block List of `key` (`x-ms-immutability-policy-until-date`, RFC 1123, and
+    /// `x-ms-immutability-policy-mode`: `Unlocked` for governance, `Locked` for compliance)
+    /// when the key is locked ([`crate::storage::object_lock`]).
+    pub(super) fn lock(&self, key: &str, call: &mut Call) {
+        if let Some(l) = self.lock.as_ref().filter(|l| l.applies_to(key)) {
+            let until = UNIX_EPOCH + std::time::Duration::from_millis(l.until_ms().max(0) as u64);
+            call.headers.push((
+                "x-ms-immutability-policy-until-date",
+                auth::http_date(until),
+            ));
+            let mode = match l.mode {
+                crate::config::LockMode::Governance => "Unlocked",
+                crate::config::LockMode::Compliance => "Locked",
+            };
+            call.headers
+                .push(("x-ms-immutability-policy-mode", mode.into()));
+        }
+    }
+
     /// Puts `data` with one Put Blob.
     pub(super) fn put_blob(&self, key: &str, data: &[u8]) -> Result<()> {
         let mut call = Call::new("PUT", Some(key));
         call.headers.push(("x-ms-blob-type", "BlockBlob".into()));
+        self.lock(key, &mut call);
         call.body = data;
         self.request("put", key, &call, |resp| expect_success("put", key, resp))
     }
@@ -29,7 +50,8 @@ impl AzureBlobStorage {
     ) -> Result<()> {
         let ids = self.upload_blocks(key, pending, src, block_size, on_read_error)?;
         let xml = block_list_xml(&ids);
-        let call = block_list_call(key, &xml);
+        let mut call = block_list_call(key, &xml);
+        self.lock(key, &mut call);
         self.request("put", key, &call, |resp| expect_success("put", key, resp))
     }
 

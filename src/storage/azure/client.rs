@@ -177,6 +177,7 @@ impl AzureBlobStorage {
             block_size: options.block_size.max(1),
             retry: options.retry,
             page_size: LIST_PAGE_SIZE,
+            lock: options.object_lock,
         };
         storage.probe()?;
         Ok(storage)

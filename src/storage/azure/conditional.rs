@@ -202,6 +202,7 @@ impl AzureBlobStorage {
             let mut call = Call::new("PUT", Some(key));
             call.headers.push(("x-ms-blob-type", "BlockBlob".into()));
             call.headers.push(precondition.header());
+            self.lock(key, &mut call);
             call.body = data;
             return self.conditional_call(key, &call, Ours::Bytes(data));
         }
@@ -224,6 +225,7 @@ impl AzureBlobStorage {
         let xml = block_list_xml(ids);
         let mut call = block_list_call(key, &xml);
         call.headers.push(precondition.header());
+        self.lock(key, &mut call);
         self.conditional_call(key, &call, ours)
     }
 
@@ -245,6 +247,7 @@ impl AzureBlobStorage {
             let mut call = Call::new("PUT", Some(key));
             call.headers.push(("x-ms-blob-type", "BlockBlob".into()));
             call.headers.push(Precondition::Absent.header());
+            self.lock(key, &mut call);
             call.body = &first;
             return self.conditional_call(key, &call, Ours::Bytes(&first));
         }

@@ -191,6 +191,8 @@ pub struct AzureBlobStorage {
     retry: Policy,
     /// `maxresults` of List Blobs (the service's maximum is 5,000).
     page_size: u32,
+    /// `storage.object_lock`.
+    lock: Option<crate::storage::object_lock::ObjectLock>,
 }
 
 impl std::fmt::Debug for AzureBlobStorage {
@@ -385,6 +387,26 @@ impl Storage for AzureBlobStorage {
                 return Ok(());
             }
             expect_success("delete", key, resp)
+        })
+    }
+
+    /// `x-ms-immutability-policy-until-date` of Get Blob Properties.
+    fn retained_until(&self, key: &str) -> Result<Option<i64>> {
+        validate_key(key)?;
+        let call = Call::new("HEAD", Some(key));
+        self.request("head", key, &call, |resp| {
+            let status = resp.status().as_u16();
+            if status == 404 {
+                return Ok(None);
+            }
+            if !(200..300).contains(&status) {
+                return Err(status_failure("head", key, resp));
+            }
+            Ok(resp
+                .headers()
+                .get("x-ms-immutability-policy-until-date")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| xml::parse_http_date(v.trim())))
         })
     }
 

@@ -62,6 +62,8 @@ pub struct AzureOptions {
     pub block_size: usize,
     /// Retry policy of every request.
     pub retry: Policy,
+    /// `storage.object_lock`: the immutability policy of every put of a locked key.
+    pub object_lock: Option<crate::storage::object_lock::ObjectLock>,
 }
 
 /// Reads a variable from `env`, treating an empty value as unset.
@@ -153,6 +155,10 @@ impl AzureOptions {
             put_threshold: DEFAULT_PUT_THRESHOLD,
             block_size: DEFAULT_BLOCK_SIZE,
             retry: Policy::for_backend("azure"),
+            object_lock: cfg
+                .object_lock
+                .as_ref()
+                .map(|l| crate::storage::object_lock::ObjectLock::new(l, cfg.prefix.as_deref())),
         })
     }
 }

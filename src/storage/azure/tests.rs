@@ -36,6 +36,7 @@ fn options(container: &str, credential: Credential) -> AzureOptions {
         put_threshold: DEFAULT_PUT_THRESHOLD,
         block_size: DEFAULT_BLOCK_SIZE,
         retry: fast_retry(),
+        object_lock: None,
     }
 }
 
@@ -154,6 +155,7 @@ fn conforms_with_sas_token() {
         account_key_file: None,
         client_secret_file: None,
         sas_token_file: None,
+        object_lock: None,
     };
     let mut o = AzureOptions::from_config(&cfg, &|_| None).expect("options");
     assert_eq!(o.credential, Credential::Sas(Secret::new(sas.clone())));
@@ -432,6 +434,7 @@ fn cfg(container: &str) -> AzureConfig {
         account_key_file: None,
         client_secret_file: None,
         sas_token_file: None,
+        object_lock: None,
     }
 }
 
@@ -585,6 +588,7 @@ fn endpoints_and_locations() {
         block_size: 1,
         retry: fast_retry(),
         page_size: 1,
+        lock: None,
     };
     assert_eq!(s.url_path(Some("a b/ü+%/x~y")), "/c/a%20b/%C3%BC%2B%25/x~y");
     assert_eq!(

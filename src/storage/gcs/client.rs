@@ -156,6 +156,7 @@ impl GcsBackend {
             upload_threshold: opts.upload_threshold,
             chunk_size: (opts.chunk_size / CHUNK_ALIGN).max(1) * CHUNK_ALIGN,
             policy: opts.policy,
+            lock: opts.object_lock,
         };
         backend.probe()?;
         Ok(backend)

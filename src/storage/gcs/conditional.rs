@@ -37,8 +37,8 @@ fn boundary_tag() -> u64 {
 
 /// The `(content type, body)` of a `multipart/related` upload of `data` named `key`, with a
 /// boundary that does not occur in `data`.
-fn multipart_body(key: &str, data: &[u8]) -> (String, Vec<u8>) {
-    let metadata = serde_json::json!({ "name": key }).to_string();
+pub(super) fn multipart_body(metadata: &serde_json::Value, data: &[u8]) -> (String, Vec<u8>) {
+    let metadata = metadata.to_string();
     let boundary = (0u32..)
         .map(|i| format!("rmq-backup-{:016x}-{i}", boundary_tag()))
         .find(|b| !data.windows(b.len()).any(|w| w == b.as_bytes()))
@@ -118,7 +118,7 @@ impl GcsBackend {
             "{}&ifGenerationMatch={generation}",
             self.upload_url("multipart", key)
         );
-        let (content_type, body) = multipart_body(key, data);
+        let (content_type, body) = multipart_body(&self.metadata(key), data);
         let mut attempt = 0u32;
         retry::run(self.policy, &format!("put {key}"), || {
             attempt += 1;
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn multipart_bodies_frame_the_data() {
-        let (ct, body) = multipart_body("a/\"b\"", b"payload");
+        let (ct, body) = multipart_body(&serde_json::json!({ "name": "a/\"b\"" }), b"payload");
         let boundary = ct
             .strip_prefix("multipart/related; boundary=")
             .expect("boundary");

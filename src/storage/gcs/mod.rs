@@ -130,6 +130,10 @@ fn open_with_env(
     };
     let mut opts = GcsOptions::new(&cfg.bucket, credentials);
     opts.endpoint = endpoint;
+    opts.object_lock = cfg
+        .object_lock
+        .as_ref()
+        .map(|l| crate::storage::object_lock::ObjectLock::new(l, cfg.prefix.as_deref()));
     GcsBackend::new(opts)
 }
 
@@ -163,6 +167,8 @@ pub struct GcsOptions {
     pub chunk_size: u64,
     /// Retries of each request.
     pub policy: Policy,
+    /// `storage.object_lock`: the object retention of every upload of a locked key.
+    pub object_lock: Option<crate::storage::object_lock::ObjectLock>,
 }
 
 impl GcsOptions {
@@ -175,6 +181,7 @@ impl GcsOptions {
             upload_threshold: DEFAULT_UPLOAD_THRESHOLD,
             chunk_size: DEFAULT_CHUNK_SIZE,
             policy: Policy::for_backend("gcs"),
+            object_lock: None,
         }
     }
 }
@@ -189,6 +196,7 @@ pub struct GcsBackend {
     upload_threshold: u64,
     chunk_size: u64,
     policy: Policy,
+    lock: Option<crate::storage::object_lock::ObjectLock>,
 }
 
 /// The `size` of an object resource (a decimal string in the JSON API; a number is accepted).
@@ -201,6 +209,36 @@ fn size_of(v: &serde_json::Value) -> Option<u64> {
 }
 
 impl GcsBackend {
+    /// The object resource an upload of `key` sends: its name, and with `storage.object_lock`
+    /// a `retention` (`Unlocked` for governance, `Locked` for compliance, `retainUntilTime`)
+    /// unless the key is not locked. GCS refuses to replace an object under retention, and a
+    /// run writes its manifest (and a shard its part) twice, interrupted then completed: those
+    /// keys stay unlocked here (README "Protecting backups from deletion").
+    pub(super) fn metadata(&self, key: &str) -> serde_json::Value {
+        let mut m = serde_json::json!({ "name": key });
+        let rewritten = key.ends_with("/manifest.json") || key.contains("/parts/");
+        if let Some(l) = self
+            .lock
+            .as_ref()
+            .filter(|l| l.applies_to(key) && !rewritten)
+        {
+            let mode = match l.mode {
+                crate::config::LockMode::Governance => "Unlocked",
+                crate::config::LockMode::Compliance => "Locked",
+            };
+            m["retention"] = serde_json::json!({
+                "mode": mode,
+                "retainUntilTime": l.until_rfc3339(),
+            });
+        }
+        m
+    }
+
+    /// Whether an upload of `key` carries a retention ([`Self::metadata`]).
+    pub(super) fn locks(&self, key: &str) -> bool {
+        self.metadata(key).get("retention").is_some()
+    }
+
     /// `GET ...?alt=media`, retried; `on_body` consumes the body of a 200 answer.
     fn download<T>(
         &self,
@@ -428,6 +466,29 @@ impl Storage for GcsBackend {
     }
 
     /// `gcs://<bucket>` (SPEC.md "Storage URLs").
+    /// `retention.retainUntilTime` of the object resource.
+    fn retained_until(&self, key: &str) -> Result<Option<i64>> {
+        validate_key(key)?;
+        let ctx = format!("Failed to head {key}");
+        let url = format!("{}?fields=retention", self.object_url(key));
+        retry::run(self.policy, &format!("head {key}"), || {
+            let mut resp = self.call(&ctx, http::Request::get(&url), ())?;
+            match resp.status().as_u16() {
+                200 => {
+                    let v: serde_json::Value = read_json(&mut resp, &ctx)?;
+                    Ok(v.pointer("/retention/retainUntilTime")
+                        .and_then(|t| t.as_str())
+                        .and_then(|t| crate::units::parse_time(t).ok()))
+                }
+                404 => {
+                    drain(resp);
+                    Ok(None)
+                }
+                _ => Err(self.status_error(&ctx, resp)),
+            }
+        })
+    }
+
     fn location(&self) -> String {
         format!("gcs://{}", self.bucket)
     }

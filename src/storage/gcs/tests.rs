@@ -129,6 +129,7 @@ fn open_uses_storage_emulator_host() {
         bucket: b.0.clone(),
         service_account_path: Some(PathBuf::from("/nonexistent/ignored-with-emulator.json")),
         prefix: None,
+        object_lock: None,
     };
     // No scheme means http, as in Google's client libraries.
     let env = |name: &str| (name == "STORAGE_EMULATOR_HOST").then(|| "127.0.0.1:4443".into());

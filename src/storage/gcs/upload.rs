@@ -121,12 +121,24 @@ pub(super) fn persisted_bytes(resp: &http::Response<ureq::Body>) -> Option<u64> 
 
 impl GcsBackend {
     /// One simple upload (`uploadType=media`) of `data`.
+    /// With a retention to set ([`Self::locks`]), one `uploadType=multipart` upload instead,
+    /// the object resource beside the data.
     pub(super) fn simple_upload(&self, key: &str, data: &[u8]) -> Result<()> {
         let ctx = format!("Failed to put {key}");
-        let url = self.upload_url("media", key);
+        let locked = self.locks(key);
+        let url = self.upload_url(if locked { "multipart" } else { "media" }, key);
+        let (content_type, body) = if locked {
+            let (ct, body) = super::conditional::multipart_body(&self.metadata(key), data);
+            (ct, std::borrow::Cow::Owned(body))
+        } else {
+            (
+                "application/octet-stream".to_string(),
+                std::borrow::Cow::Borrowed(data),
+            )
+        };
         retry::run(self.policy, &format!("put {key}"), || {
-            let req = http::Request::post(&url).header("content-type", "application/octet-stream");
-            let resp = self.call(&ctx, req, data)?;
+            let req = http::Request::post(&url).header("content-type", content_type.as_str());
+            let resp = self.call(&ctx, req, &body[..])?;
             match resp.status().as_u16() {
                 200 | 201 => {
                     drain(resp);
@@ -157,7 +169,7 @@ impl GcsBackend {
                 .header("content-type", "application/json; charset=UTF-8")
                 .header("x-upload-content-type", "application/octet-stream")
                 .header("x-upload-content-length", total.to_string());
-            let resp = self.call(ctx, req, &b"{}"[..])?;
+            let resp = self.call(ctx, req, self.metadata(key).to_string().as_bytes())?;
             match resp.status().as_u16() {
                 200 | 201 => {
                     let location = resp

@@ -25,7 +25,7 @@ use super::*;
 use crate::storage::{Conditional, ObjectVersion};
 use s3::serde_types::Part;
 use std::io::{BufRead, Write};
-use ureq::http::{HeaderMap, HeaderName, HeaderValue};
+use ureq::http::{HeaderName, HeaderValue};
 
 /// What a conditional PUT requires of the key.
 pub(super) enum Precondition<'a> {
@@ -109,7 +109,7 @@ impl S3Storage {
     fn with_header(&self, key: &str, name: &'static str, value: &str) -> Result<Bucket> {
         let value = HeaderValue::from_str(value)
             .map_err(|_| Error::Storage(format!("Failed to put {key}: invalid object version")))?;
-        let mut headers = HeaderMap::new();
+        let mut headers = self.lock_headers(key);
         headers.insert(HeaderName::from_static(name), value);
         self.bucket
             .with_extra_headers(headers)
@@ -246,8 +246,9 @@ impl S3Storage {
         }
         log::trace!("storage: s3 create-only multipart upload of {key} ({size} bytes)");
         let what = format!("put {key}");
+        let lock_bucket = self.put_bucket(key)?;
         let upload = self.run(&what, || {
-            self.bucket
+            lock_bucket
                 .initiate_multipart_upload(key, "application/octet-stream")
                 .map_err(|e| classify("put", key, e))
         })?;

@@ -1,0 +1,147 @@
+//! Append-only credentials (README "Protecting backups from deletion"): a backup whose storage
+//! refuses every delete completes, leaves the objects it would have tidied away in place (one
+//! warning), and restores identical. The storage here is the memory backend behind a wrapper
+//! that refuses deletes as S3 answers a policy denying `s3:DeleteObject`.
+
+mod common;
+
+use common::*;
+use rmq_backup::amqp::FieldTable;
+use rmq_backup::config::Config;
+use rmq_backup::error::Error;
+use rmq_backup::storage::{Conditional, ObjectVersion, Storage};
+use rmq_backup::{backup, inspect, restore, storage};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Every operation but delete, passed through; deletes refused (and counted).
+struct RefuseDeletes(Arc<dyn Storage>, AtomicU64);
+
+impl Storage for RefuseDeletes {
+    fn put_file(&self, key: &str, path: &Path) -> rmq_backup::Result<()> {
+        self.0.put_file(key, path)
+    }
+    fn put_file_owned(&self, key: &str, path: &Path) -> rmq_backup::Result<()> {
+        self.0.put_file_owned(key, path)
+    }
+    fn put_bytes(&self, key: &str, data: &[u8]) -> rmq_backup::Result<()> {
+        self.0.put_bytes(key, data)
+    }
+    fn get_bytes(&self, key: &str) -> rmq_backup::Result<Vec<u8>> {
+        self.0.get_bytes(key)
+    }
+    fn get_to_file(&self, key: &str, path: &Path) -> rmq_backup::Result<u64> {
+        self.0.get_to_file(key, path)
+    }
+    fn head(&self, key: &str) -> rmq_backup::Result<Option<u64>> {
+        self.0.head(key)
+    }
+    fn list(&self, prefix: &str) -> rmq_backup::Result<Vec<String>> {
+        self.0.list(prefix)
+    }
+    fn delete(&self, key: &str) -> rmq_backup::Result<()> {
+        self.1.fetch_add(1, Ordering::Relaxed);
+        Err(Error::Storage(format!(
+            "Failed to delete {key}: 403 AccessDenied"
+        )))
+    }
+    fn delete_many(&self, keys: &[String]) -> rmq_backup::Result<()> {
+        match keys.first() {
+            Some(k) => self.delete(k),
+            None => Ok(()),
+        }
+    }
+    fn put_bytes_new(&self, key: &str, data: &[u8]) -> rmq_backup::Result<Conditional> {
+        self.0.put_bytes_new(key, data)
+    }
+    fn put_file_new(&self, key: &str, path: &Path) -> rmq_backup::Result<Conditional> {
+        self.0.put_file_new(key, path)
+    }
+    fn get_with_version(&self, key: &str) -> rmq_backup::Result<Option<(Vec<u8>, ObjectVersion)>> {
+        self.0.get_with_version(key)
+    }
+    fn put_bytes_if(
+        &self,
+        key: &str,
+        data: &[u8],
+        version: &ObjectVersion,
+    ) -> rmq_backup::Result<Conditional> {
+        self.0.put_bytes_if(key, data, version)
+    }
+    fn location(&self) -> String {
+        self.0.location()
+    }
+}
+
+#[test]
+fn a_backup_without_delete_rights_completes_and_restores() {
+    let vh = TestVhost::new("appendonly");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "ao q", "classic", FieldTable::new());
+    let msgs = diverse_messages(60, 33, false);
+    publish(&ch, "ao q", &msgs);
+    let store_name = format!("append-only-{}", unique_suffix());
+    let yaml = format!(
+        "mode: backup\nbackup_id: ao-1\nsource:\n  amqp_url: \"{}\"\n  management_url: \"{}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{}\"]\nstorage:\n  backend: memory\nbackup:\n  segment_max_bytes: 20000\n",
+        amqp_url(&vh.name),
+        management_url(),
+        vh.name
+    );
+    let cfg = Config::from_yaml_str(&yaml).unwrap();
+    let inner = storage::open_memory(&store_name, None).unwrap();
+    // An earlier attempt left a segment this run's manifest will not list: a run removes
+    // such segments at its end, which this storage refuses.
+    let stray = format!(
+        "{}segment-0099.zst",
+        rmq_backup::manifest::queue_prefix("ao-1", &vh.name, "ao q")
+    );
+    inner
+        .put_bytes(&stray, b"left by an earlier attempt")
+        .unwrap();
+    let refusing = Arc::new(RefuseDeletes(inner.clone(), AtomicU64::new(0)));
+    let before = storage::append_only::skipped();
+    let summary = backup::run(&cfg, refusing.clone()).expect("the backup completes");
+    assert_eq!(summary.messages, 60);
+    assert!(
+        refusing.1.load(Ordering::Relaxed) >= 1,
+        "the run tried to tidy up"
+    );
+    assert!(
+        storage::append_only::skipped() > before,
+        "and skipped the refused delete"
+    );
+    assert!(
+        inner.head(&stray).unwrap().is_some(),
+        "left for forget --prune"
+    );
+    // The run lock is ended in place, not deleted.
+    assert!(inner.head("ao-1/state/lock.json").unwrap().is_some());
+
+    let report = inspect::validate(inner.as_ref(), "ao-1", true).unwrap();
+    assert!(report.is_valid(), "{:?}", report.problems);
+    assert_eq!(
+        inspect::status(
+            inner.as_ref(),
+            &rmq_backup::manifest::Manifest::read(inner.as_ref(), "ao-1").unwrap()
+        )
+        .unwrap(),
+        "completed"
+    );
+
+    let target = vh.sibling("target");
+    management().create_vhost(&target).unwrap();
+    management().set_permissions(&target, "guest").unwrap();
+    let ryaml = format!(
+        "mode: restore\nbackup_id: ao-1\ntarget:\n  amqp_url: \"{}\"\n  management_url: \"{}\"\n  management_username: guest\n  management_password: guest\nstorage:\n  backend: memory\nrestore:\n  publish_mode: direct-to-queue\n  definitions_selection:\n    queues: [\"ao q\"]\n  vhost_mapping:\n    \"{}\": \"{target}\"\n",
+        amqp_url("/"),
+        management_url(),
+        vh.name
+    );
+    let rcfg = Config::from_yaml_str(&ryaml).unwrap();
+    let s = restore::run(&rcfg, refusing).unwrap();
+    assert_eq!((s.published(), s.confirmed(), s.failed()), (60, 60, 0));
+    let tconn = connect(&target);
+    assert_same(&as_restored(&msgs), &peek(&tconn, "ao q", 60), "restored");
+}
