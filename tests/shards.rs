@@ -264,7 +264,12 @@ impl Storage for ReadOnly {
     fn get_with_version(&self, key: &str) -> rmq_backup::Result<Option<(Vec<u8>, ObjectVersion)>> {
         self.inner.get_with_version(key)
     }
-    fn put_bytes_if(&self, key: &str, _: &[u8], _: &ObjectVersion) -> rmq_backup::Result<Conditional> {
+    fn put_bytes_if(
+        &self,
+        key: &str,
+        _: &[u8],
+        _: &ObjectVersion,
+    ) -> rmq_backup::Result<Conditional> {
         self.refuse("put", key)
     }
     fn location(&self) -> String {
@@ -313,8 +318,7 @@ fn readers_of_an_unmerged_sharded_backup_write_nothing() {
     let listed = rmq_backup::inspect::list(storage.as_ref()).unwrap();
     let b = listed.backups.iter().find(|b| b.backup_id == id).unwrap();
     assert_eq!((b.status, b.total_messages), ("completed", 80));
-    rmq_backup::inspect::describe(storage.as_ref(), id, rmq_backup::inspect::Format::Json)
-        .unwrap();
+    rmq_backup::inspect::describe(storage.as_ref(), id, rmq_backup::inspect::Format::Json).unwrap();
     let report = rmq_backup::inspect::validate(storage.as_ref(), id, true).unwrap();
     assert!(report.is_valid(), "{report:?}");
     let mut out = Vec::new();

@@ -210,10 +210,7 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
         rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
     );
     options.heartbeat_secs = 0;
-    options.connection_name = format!(
-        "rmq-backup stalled {} (thread 0, run stalled-1-1)",
-        vh.name
-    );
+    options.connection_name = format!("rmq-backup stalled {} (thread 0, run stalled-1-1)", vh.name);
     let stalled = Connection::open(&options).expect("the stalled run's connection");
     let held = stalled.open_channel().unwrap();
     held.basic_qos(STALLED as u16, false).unwrap();
@@ -240,7 +237,10 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
         stderr.contains("of an earlier run of this backup (its lock taken over) is still open"),
         "{stderr}"
     );
-    assert!(!stalled.is_open(), "the stalled run's connection was closed");
+    assert!(
+        !stalled.is_open(),
+        "the stalled run's connection was closed"
+    );
     let m = manifest(&store, "stalled");
     let beta = &m.queues[0];
     assert_eq!(

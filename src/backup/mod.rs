@@ -238,7 +238,9 @@ fn run_job(
     // writes. A sharded backup's parts write at once, perhaps on other hosts, whose processes
     // this host cannot see: theirs are left to `forget --prune`.
     if target.shard.is_none() {
-        if let Err(e) = crate::storage::partials::remove_stale(storage.as_ref(), &format!("{backup_id}/")) {
+        if let Err(e) =
+            crate::storage::partials::remove_stale(storage.as_ref(), &format!("{backup_id}/"))
+        {
             log::warn!("unfinished writes of an earlier run are left under {backup_id}/ (harmless; forget --prune removes them): {e}");
         }
     }

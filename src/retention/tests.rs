@@ -170,8 +170,11 @@ fn a_sharded_backup_loses_a_part_before_its_manifest() {
         "a reader merges in memory, writes nothing"
     );
     // The merge the last part's backup stores.
-    s.put_bytes("sh/manifest.json", merged.to_json_pretty().unwrap().as_bytes())
-        .unwrap();
+    s.put_bytes(
+        "sh/manifest.json",
+        merged.to_json_pretty().unwrap().as_bytes(),
+    )
+    .unwrap();
     let parts = Some(2);
     // The first delete alone leaves no complete backup to read.
     s.delete(&s.list("sh/parts/").unwrap()[0]).unwrap();

@@ -166,12 +166,18 @@ mod tests {
         assert_eq!(writer_pid("segment-0001.zst.partial-123-4"), Some(123));
         assert_eq!(writer_pid("segment-0001.zst"), None);
         assert_eq!(writer_pid("x.partial-abc-1"), None);
-        assert_eq!(final_name("b/q/segment-1.partial-9-0"), Some("b/q/segment-1"));
+        assert_eq!(
+            final_name("b/q/segment-1.partial-9-0"),
+            Some("b/q/segment-1")
+        );
         assert_eq!(final_name("b/q/segment-1"), None);
         // This process is running; a pid past the kernel's limit is not.
         assert!(!writer_gone(std::process::id()));
         assert!(writer_gone(u32::MAX));
         assert!(is_stale(&format!("a/m.json.partial-{}-1", u32::MAX)));
-        assert!(!is_stale(&format!("a/m.json.partial-{}-1", std::process::id())));
+        assert!(!is_stale(&format!(
+            "a/m.json.partial-{}-1",
+            std::process::id()
+        )));
     }
 }
