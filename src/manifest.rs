@@ -13,6 +13,9 @@ use crate::broker::QueueType;
 use crate::error::{Error, Result};
 use crate::segment::FinishedSegment;
 
+mod parts;
+pub use parts::{merge_parts, parts_prefix, Shard};
+
 /// The manifest, written as the last step of a backup (SPEC.md "Manifest"). Field order is the
 /// JSON key order; nullable fields are written as `null`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,9 +44,9 @@ pub struct Manifest {
     pub total_bytes: u64,
     /// Number of segment files.
     pub total_segments: u64,
-    /// In a part of a sharded backup (`{backup_id}/parts/...`, `crate::shard`): which part.
+    /// In a part of a sharded backup (`{backup_id}/parts/...`, [`merge_parts`]): which part.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shard: Option<crate::shard::Shard>,
+    pub shard: Option<Shard>,
     /// In a sharded backup's merged manifest: how many parts it was written in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parts: Option<u32>,
@@ -276,8 +279,8 @@ impl Manifest {
     /// manifest is never followed into another backup's objects (nor out of the storage:
     /// `../` and absolute keys are refused by the storage itself).
     ///
-    /// A sharded backup without `manifest.json` yet is read from its parts
-    /// (`crate::shard::assemble`, which writes `manifest.json` when every part is complete).
+    /// A sharded backup without `manifest.json` yet is read from its parts, merged in memory
+    /// ([`merge_parts`]): reading writes nothing.
     ///
     /// Errors: `Storage error: Key not found: <id>/manifest.json` and the storage's;
     /// `Manifest error: Invalid manifest: ...`; `Manifest error: <id>/manifest.json ...` when
@@ -288,7 +291,7 @@ impl Manifest {
             Ok(bytes) => bytes,
             // A sharded backup whose parts are not merged yet.
             Err(Error::Storage(e)) if e.starts_with("Key not found") => {
-                return match crate::shard::assemble(storage, backup_id)? {
+                return match merge_parts(storage, backup_id)? {
                     Some(m) => Ok(m),
                     None => Err(Error::Storage(e)),
                 };

@@ -9,30 +9,22 @@
 //!   manifest of its queues with `shard: {index, count}`), under its own run lock
 //!   (`crate::lock::LockName::part`); worker 0 alone exports the definitions;
 //! - the backup is `completed` exactly when every part is: the worker that completes the last
-//!   part writes `{backup_id}/manifest.json`, the parts merged (create-only), and so does a
-//!   reader (`Manifest::read`: `list`, `describe`, `validate`, `restore`) that finds every part
-//!   complete but no `manifest.json` (a worker killed between its part and the merge). Before
-//!   that, readers see the parts present merged, with `completed_at: null`;
+//!   part writes `{backup_id}/manifest.json`, the parts merged (create-only,
+//!   `crate::backup`). A reader (`Manifest::read`: `list`, `describe`, `validate`, `cat`,
+//!   `restore`, `forget`) that finds no `manifest.json` merges the parts in memory
+//!   (`crate::manifest::merge_parts`) and writes nothing: complete when every part is (a worker
+//!   killed between its part and the merge), else with `completed_at: null`;
 //! - a rerun of one index finishes its own part, and merges when it completes the last one.
-
-use serde::{Deserialize, Serialize};
+//!
+//! The part's identity in a manifest ([`Shard`], its key, the merge) is the manifest's; this
+//! module says which part a worker is and which queues it owns.
 
 use crate::config::ShardConfig;
 use crate::error::{Error, Result};
-use crate::manifest::{manifest_key, Manifest};
-use crate::storage::{Conditional, Storage};
+pub use crate::manifest::{parts_prefix, Shard};
 
 /// The environment variable a Kubernetes Indexed Job sets to each pod's index.
 pub const INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
-
-/// One worker's part of a sharded backup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shard {
-    /// 0-based, below `count`.
-    pub index: u32,
-    /// Workers sharing the backup.
-    pub count: u32,
-}
 
 impl Shard {
     /// `backup.shard`, its `index` from [`INDEX_ENV`] when the configuration leaves it out.
@@ -70,21 +62,6 @@ impl Shard {
     pub fn owns(&self, vhost: &str, name: &str) -> bool {
         part_of(vhost, name, self.count) == self.index
     }
-
-    /// `{backup_id}/parts/<index>-of-<count>.json`.
-    pub fn part_key(&self, backup_id: &str) -> String {
-        format!(
-            "{}{}-of-{}.json",
-            parts_prefix(backup_id),
-            self.index,
-            self.count
-        )
-    }
-
-    /// `part <index> of <count>`, for messages.
-    pub fn label(&self) -> String {
-        format!("part {} of {}", self.index, self.count)
-    }
 }
 
 /// The part of `count` that backs up queue `name` of `vhost` (FNV-1a 64).
@@ -95,100 +72,6 @@ pub fn part_of(vhost: &str, name: &str, count: u32) -> u32 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     (h % u64::from(count.max(1))) as u32
-}
-
-/// `{backup_id}/parts/`: where the parts of a sharded backup are.
-pub fn parts_prefix(backup_id: &str) -> String {
-    format!("{backup_id}/parts/")
-}
-
-/// The parts of sharded backup `backup_id` merged into one manifest, `None` when it has no
-/// part. Complete (`completed_at` the last part's) only when all `count` parts are complete;
-/// then it is also written to `{backup_id}/manifest.json` unless that exists (create-only; a
-/// storage that refuses the write only costs the next reader the merge again).
-///
-/// Errors: the storage's; `Manifest error: ...` for a part that cannot be parsed, names
-/// another backup or part, lists a key outside the backup, or disagrees with the others on
-/// `count`.
-pub fn assemble(storage: &dyn Storage, backup_id: &str) -> Result<Option<Manifest>> {
-    let mut keys = storage.list(&parts_prefix(backup_id))?;
-    keys.retain(|k| k.ends_with(".json"));
-    keys.sort();
-    let mut parts = Vec::with_capacity(keys.len());
-    for key in &keys {
-        let m = Manifest::from_json(&storage.get_bytes(key)?)?;
-        m.check_keys(key, backup_id)?;
-        let shard = m
-            .shard
-            .filter(|s| s.part_key(backup_id) == *key)
-            .ok_or_else(|| {
-                Error::Manifest(format!(
-                    "{key} is not the part its name says ({:?})",
-                    m.shard
-                ))
-            })?;
-        parts.push((shard, m));
-    }
-    let Some((first, _)) = parts.first() else {
-        return Ok(None);
-    };
-    let count = first.count;
-    if let Some((other, _)) = parts.iter().find(|(s, _)| s.count != count) {
-        return Err(Error::Manifest(format!(
-            "backup {backup_id} has parts of {count} and of {} workers: remove the parts of the run that is not wanted",
-            other.count
-        )));
-    }
-    let complete =
-        parts.len() as u32 == count && parts.iter().all(|(_, m)| m.completed_at.is_some());
-    let mut merged = parts[0].1.clone();
-    merged.shard = None;
-    merged.parts = Some(count);
-    merged.queues.clear();
-    merged.definitions = None;
-    for (_, m) in &parts {
-        merged.created_at = merged.created_at.min(m.created_at);
-        merged.queues.extend(m.queues.iter().cloned());
-        if merged.definitions.is_none() {
-            merged.definitions = m.definitions.clone();
-        }
-        // Parts written with other recipients (workers configured apart): every key is listed,
-        // and each segment says how it is stored.
-        match (&mut merged.encryption, &m.encryption) {
-            (Some(all), Some(e)) => {
-                for r in &e.recipients {
-                    if !all.recipients.contains(r) {
-                        all.recipients.push(r.clone());
-                    }
-                }
-            }
-            (all @ None, Some(e)) => *all = Some(e.clone()),
-            (_, None) => {}
-        }
-    }
-    merged.completed_at = if complete {
-        parts.iter().filter_map(|(_, m)| m.completed_at).max()
-    } else {
-        None
-    };
-    merged
-        .queues
-        .sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
-    merged.recompute_totals();
-    if complete {
-        let key = manifest_key(backup_id);
-        match merged
-            .to_json_pretty()
-            .and_then(|json| storage.put_bytes_new(&key, json.as_bytes()))
-        {
-            Ok(Conditional::Written(_)) => {
-                log::info!("backup {backup_id}: all {count} parts complete; {key} written")
-            }
-            Ok(Conditional::Refused) => {}
-            Err(e) => log::debug!("{key} not written ({e}); the parts are merged on each read"),
-        }
-    }
-    Ok(Some(merged))
 }
 
 #[cfg(test)]

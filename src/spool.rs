@@ -76,6 +76,46 @@ impl SpoolDir {
         Ok(SpoolDir(dir))
     }
 
+    /// A fresh private directory (0700) in `base` named `<hint>-<16 random hex digits>`,
+    /// removed on drop: made by `mkdir(2)`, which fails on any name that exists (a symlink
+    /// planted there included), so it is this process's own, and no other user can put or
+    /// replace a file in it. A taken name is tried again with another.
+    ///
+    /// Errors: the OS's, when `base` refuses a new directory.
+    pub fn private_in(base: &Path, hint: &str) -> std::io::Result<SpoolDir> {
+        use std::hash::{BuildHasher, Hasher};
+        use std::os::unix::fs::DirBuilderExt;
+        let mut last = None;
+        for _ in 0..16 {
+            // Keyed at random per process (and per instance): not guessable by another user.
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(now_ms() as u64);
+            h.write_u32(std::process::id());
+            let dir = base.join(format!("{}-{:016x}", sanitize(hint), h.finish()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Ok(SpoolDir(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("no free name")))
+    }
+
+    /// Creates the new file `name` in the directory (0600; `O_CREAT|O_EXCL`, so never an
+    /// existing file or a symlink) and returns its path.
+    ///
+    /// Errors: the OS's.
+    pub fn new_file(&self, name: &str) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.0.join(name);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        Ok(path)
+    }
+
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.0

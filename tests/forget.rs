@@ -683,3 +683,62 @@ fn prune_keeps_the_checkpoint_database() {
         "not even listed as an orphan: {v}"
     );
 }
+
+/// Issue 31, item 11: a filesystem put killed midway leaves `<name>.partial-<pid>-<n>`, which no
+/// listing shows. A backup run removes those of its backup whose writer is gone, never a running
+/// writer's; `forget --prune` reports and removes them like any other orphan. Before: nothing
+/// ever removed them (the dead writer's file was still there after the backup).
+#[test]
+fn unfinished_writes_of_a_dead_process_are_removed_by_a_rerun_and_by_prune() {
+    let vh = seeded("forget-partials");
+    let dir = TempDir::new("forget-partials");
+    let store = fs_store(&dir);
+    let root = dir.path().join("store");
+    // A writer that is gone (exited and reaped) and one still running.
+    let mut gone = std::process::Command::new("true").spawn().expect("true");
+    let dead = gone.id();
+    gone.wait().expect("wait");
+    let mut running = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("sleep");
+    let live = running.id();
+    let plant = |name: &str| {
+        let path = root.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).expect("mkdir");
+        std::fs::write(&path, b"half").expect("plant");
+        path
+    };
+    let dead_before = plant(&format!("p/queues/v/q/segment-0009.zst.partial-{dead}-0"));
+    let live_one = plant(&format!("p/queues/v/q/segment-0007.zst.partial-{live}-0"));
+    let cfg = config(&vh, &dir, &store, "p", "");
+    let out = run_cli_env(&["backup", "--config", &cfg], &store.env);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert!(!dead_before.exists(), "the dead writer's leftover stayed");
+    assert!(live_one.exists(), "a running writer's file was removed");
+
+    // Left after the backup: prune sees it (a backup's shape), not a checkpoint's.
+    let dead_after = format!("p/queues/v/q/segment-0008.zst.partial-{dead}-1");
+    let checkpoint = format!("p/state/offsets.db.partial-{dead}-2");
+    for name in [&dead_after, &checkpoint] {
+        age(&plant(name), 3);
+    }
+    age(&live_one, 3);
+    let (code, v) = forget(&store, &["--keep-last", "5", "--prune", "--dry-run"]);
+    assert_eq!(code, 0, "{v}");
+    let orphans: Vec<(&str, bool)> = v["orphans"]
+        .as_array()
+        .expect("orphans")
+        .iter()
+        .map(|o| (o["key"].as_str().unwrap(), o["remove"] == true))
+        .collect();
+    assert_eq!(orphans, [(dead_after.as_str(), true)], "{v}");
+    assert!(root.join(&dead_after).exists(), "dry run");
+    let (code, _) = forget(&store, &["--keep-last", "5", "--prune"]);
+    assert_eq!(code, 0);
+    assert!(!root.join(&dead_after).exists());
+    assert!(root.join(&checkpoint).exists());
+    assert!(live_one.exists());
+    let _ = running.kill();
+    let _ = running.wait();
+}

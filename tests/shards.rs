@@ -8,7 +8,10 @@ mod common;
 
 use common::*;
 use rmq_backup::amqp::FieldTable;
+use rmq_backup::storage::{Conditional, ObjectVersion, Storage};
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 const QUEUES: usize = 9;
 const PER_QUEUE: usize = 150;
@@ -121,12 +124,13 @@ fn three_workers_write_one_backup_that_restores_identical() {
         text(&out)
     );
 
-    // A reader merges the parts when no worker could (killed between its part and the merge).
+    // A reader merges the parts when no worker could (killed between its part and the merge),
+    // in memory: reading writes nothing.
     std::fs::remove_file(store.join(id).join("manifest.json")).unwrap();
     assert_eq!(list_status(&store, id), "completed");
     assert!(
-        store.join(id).join("manifest.json").is_file(),
-        "merged by list"
+        !store.join(id).join("manifest.json").exists(),
+        "list wrote the merged manifest"
     );
     let url = format!("file://{}", store.display());
     let out = run_cli(&["validate", "--path", &url, "--backup-id", id, "--deep"]);
@@ -203,4 +207,147 @@ fn a_part_without_an_index_is_a_configuration_error() {
         "{:?}",
         text(&out)
     );
+}
+
+/// A storage with read-only credentials: every write and delete fails, and is recorded.
+struct ReadOnly {
+    inner: Arc<dyn Storage>,
+    attempts: Mutex<Vec<String>>,
+}
+
+impl ReadOnly {
+    fn refuse<T>(&self, what: &str, key: &str) -> rmq_backup::Result<T> {
+        self.attempts.lock().unwrap().push(format!("{what} {key}"));
+        Err(rmq_backup::Error::Storage(format!(
+            "Failed to {what} {key}: access denied (read-only)"
+        )))
+    }
+}
+
+impl Storage for ReadOnly {
+    fn put_file(&self, key: &str, _: &Path) -> rmq_backup::Result<()> {
+        self.refuse("put", key)
+    }
+    fn put_bytes(&self, key: &str, _: &[u8]) -> rmq_backup::Result<()> {
+        self.refuse("put", key)
+    }
+    fn get_bytes(&self, key: &str) -> rmq_backup::Result<Vec<u8>> {
+        self.inner.get_bytes(key)
+    }
+    fn get_to_file(&self, key: &str, path: &Path) -> rmq_backup::Result<u64> {
+        self.inner.get_to_file(key, path)
+    }
+    fn head(&self, key: &str) -> rmq_backup::Result<Option<u64>> {
+        self.inner.head(key)
+    }
+    fn list(&self, prefix: &str) -> rmq_backup::Result<Vec<String>> {
+        self.inner.list(prefix)
+    }
+    fn list_with_times(&self, prefix: &str) -> rmq_backup::Result<Vec<(String, Option<i64>)>> {
+        self.inner.list_with_times(prefix)
+    }
+    fn delete(&self, key: &str) -> rmq_backup::Result<()> {
+        self.refuse("delete", key)
+    }
+    fn delete_many(&self, keys: &[String]) -> rmq_backup::Result<()> {
+        match keys.first() {
+            Some(k) => self.refuse("delete", k),
+            None => Ok(()),
+        }
+    }
+    fn put_bytes_new(&self, key: &str, _: &[u8]) -> rmq_backup::Result<Conditional> {
+        self.refuse("put", key)
+    }
+    fn put_file_new(&self, key: &str, _: &Path) -> rmq_backup::Result<Conditional> {
+        self.refuse("put", key)
+    }
+    fn get_with_version(&self, key: &str) -> rmq_backup::Result<Option<(Vec<u8>, ObjectVersion)>> {
+        self.inner.get_with_version(key)
+    }
+    fn put_bytes_if(
+        &self,
+        key: &str,
+        _: &[u8],
+        _: &ObjectVersion,
+    ) -> rmq_backup::Result<Conditional> {
+        self.refuse("put", key)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+}
+
+/// Issue 31, item 10: `list`, `describe`, `validate`, `cat` and `forget --dry-run` of a sharded
+/// backup whose parts are complete but whose merged manifest is absent (its last worker killed
+/// between its part and the merge) merge the parts in memory, through read-only credentials,
+/// and write nothing. Before: `Manifest::read` put `manifest.json` (a failed put was only
+/// logged, so the read went on; the wrapper recorded the attempt).
+#[test]
+fn readers_of_an_unmerged_sharded_backup_write_nothing() {
+    let vh = TestVhost::new("shards-ro");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    for i in 0..4 {
+        let name = format!("q{i}");
+        declare(&ch, &name, "classic", FieldTable::new());
+        publish_bulk(&ch, &name, 20, 64);
+    }
+    let dir = TempDir::new("shards-ro");
+    let store = dir.path().join("store");
+    let id = "sharded-ro";
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml(id, &vh.name, &store, "  shard:\n    count: 2\n"),
+    );
+    for index in ["0", "1"] {
+        let out = run_cli_env(
+            &["backup", "--config", &cfg],
+            &[("JOB_COMPLETION_INDEX", index)],
+        );
+        assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    }
+    let merged = store.join(id).join("manifest.json");
+    std::fs::remove_file(&merged).unwrap();
+
+    let ro = Arc::new(ReadOnly {
+        inner: rmq_backup::storage::open_filesystem(&store, None).unwrap(),
+        attempts: Mutex::new(Vec::new()),
+    });
+    let storage: Arc<dyn Storage> = ro.clone();
+    let listed = rmq_backup::inspect::list(storage.as_ref()).unwrap();
+    let b = listed.backups.iter().find(|b| b.backup_id == id).unwrap();
+    assert_eq!((b.status, b.total_messages), ("completed", 80));
+    rmq_backup::inspect::describe(storage.as_ref(), id, rmq_backup::inspect::Format::Json).unwrap();
+    let report = rmq_backup::inspect::validate(storage.as_ref(), id, true).unwrap();
+    assert!(report.is_valid(), "{report:?}");
+    let mut out = Vec::new();
+    let opts = rmq_backup::inspect::cat::CatOptions {
+        vhost: None,
+        queue: None,
+        since: None,
+        until: None,
+        limit: None,
+        format: rmq_backup::inspect::cat::CatFormat::Jsonl,
+        delimiter: b"\n".to_vec(),
+    };
+    rmq_backup::inspect::cat::cat(storage.as_ref(), id, &opts, None, &mut out).unwrap();
+    assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 80);
+    let forget = rmq_backup::retention::forget(
+        &storage,
+        &rmq_backup::retention::Options {
+            policy: rmq_backup::retention::Policy {
+                keep_last: Some(rmq_backup::retention::Count::N(1)),
+                ..Default::default()
+            },
+            dry_run: true,
+            prune_interrupted: true,
+            prune: true,
+            prune_grace: rmq_backup::retention::Within::default(),
+        },
+    )
+    .unwrap();
+    assert!(forget.errors.is_empty(), "{:?}", forget.errors);
+    assert_eq!(*ro.attempts.lock().unwrap(), Vec::<String>::new());
+    assert!(!merged.exists(), "a reader wrote the merged manifest");
 }

@@ -174,54 +174,72 @@ fn walk_segments(dir: &std::path::Path) -> usize {
 
 #[test]
 fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
-    // The first run is stopped (SIGSTOP) while it holds every message of a quorum queue. Its
-    // connection has heartbeats disabled, so the broker would keep it (and the messages) open
-    // for ever: the rerun, once it took the lock over (RMQ_BACKUP_LOCK_TIMING: 1.5 s), must
-    // close it and wait for the messages. All of it within the 5 s before the management API
-    // has statistics for the new queue (CI saw a rerun find 0 ready, no consumer and no
-    // statistics, and back up 0 of 5,000 with exit 0).
+    // An earlier run stalled (a stopped process) while it holds every message of a quorum
+    // queue, on a connection with heartbeats disabled, so the broker keeps it (and the
+    // messages) open for ever: the rerun, once it took the lock over, must count them as held
+    // at start (the management API has statistics for the queue), close that connection and
+    // wait for the messages.
+    //
+    // Issue 31, item 13: this test used to SIGSTOP a real first run as soon as a poll saw
+    // beta at 0 ready. The run gives the messages back as soon as it has read them all, so
+    // whether the stop landed before that give-back was a race the poll could lose (then no
+    // statistics ever showed 5,000 held, or stale ones did and the rerun found fewer). Here
+    // the earlier run's held messages are the test's own, on a connection named as that
+    // run's (as `rmq-backup` names them) with heartbeats off: nothing gives them back until
+    // the rerun closes it, and the rerun starts only once the management API reports them.
     let vh = TestVhost::new("unacked-stalled");
+    let dir = TempDir::new("unacked-stalled");
+    let store = dir.path().join("store");
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("stalled", &vh.name, &store, ""),
+    );
+    // The earlier run: a backup that left its manifest interrupted and its lock held by a
+    // process that stopped renewing it 10 minutes ago.
+    let out = run_cli(&["backup", "--config", &cfg]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    interrupt(&store, "stalled", "stalled-1-1");
+
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();
     declare(&ch, "beta", "quorum", FieldTable::new());
     publish_bulk(&ch, "beta", STALLED, BODY);
     let _ = ch.close();
-    let dir = TempDir::new("unacked-stalled");
-    let store = dir.path().join("store");
-    let yaml = backup_yaml("stalled", &vh.name, &store, "").replace(
-        &amqp_url(&vh.name),
-        &format!("{}?heartbeat=0", amqp_url(&vh.name)),
+    let mut options = rmq_backup::amqp::ConnectOptions::new(
+        rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
     );
-    let cfg = write_config(dir.path(), "b.yaml", &yaml);
-    let env = [("RMQ_BACKUP_LOCK_TIMING", "200,700,1500")];
-    let (mut first, _lines) = spawn_cli(&["backup", "--config", &cfg], &env);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while ready_now(&conn, "beta") != 0 {
-        assert!(Instant::now() < deadline, "the first run never held beta");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let stop = std::process::Command::new("kill")
-        .args(["-STOP", &first.id().to_string()])
-        .status()
+    options.heartbeat_secs = 0;
+    options.connection_name = format!("rmq-backup stalled {} (thread 0, run stalled-1-1)", vh.name);
+    let stalled = Connection::open(&options).expect("the stalled run's connection");
+    let held = stalled.open_channel().unwrap();
+    held.basic_qos(STALLED as u16, false).unwrap();
+    let c = held
+        .basic_consume("beta", "rmq-backup-1-0", false, false, &FieldTable::new())
         .unwrap();
-    assert!(stop.success());
-    // The rerun's listing counts what the stopped run holds once the management API has
-    // statistics for the queue (issue 31, item 13: before, whether the manifest recorded them
-    // depended on how fast the broker gave them back). The rerun without statistics is the
-    // test below.
+    for i in 0..STALLED {
+        c.recv_timeout(Duration::from_secs(30))
+            .unwrap()
+            .unwrap_or_else(|| panic!("delivery {i} of {STALLED}"));
+    }
+    assert_eq!(ready_now(&conn, "beta"), 0);
+    // The rerun's listing counts what the stalled run holds once the management API has
+    // statistics for the queue; the rerun without statistics is the test below.
     let deadline = Instant::now() + Duration::from_secs(60);
     while unacked_in_api(&vh.name, "beta") != STALLED as u64 {
         assert!(Instant::now() < deadline, "no statistics for beta");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let out = run_cli_env(&["backup", "--config", &cfg], &env);
-    let _ = first.kill();
-    let _ = first.wait();
+    let out = run_cli(&["backup", "--config", &cfg]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(
         stderr.contains("of an earlier run of this backup (its lock taken over) is still open"),
         "{stderr}"
+    );
+    assert!(
+        !stalled.is_open(),
+        "the stalled run's connection was closed"
     );
     let m = manifest(&store, "stalled");
     let beta = &m.queues[0];
@@ -237,6 +255,23 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
         (0..STALLED as i64).collect::<Vec<_>>()
     );
     assert_eq!(depth(&conn, "beta") as usize, STALLED);
+}
+
+/// Makes completed backup `id` in `store` look like a run `run_id` left: its manifest
+/// interrupted, its lock never released and last renewed 10 minutes ago.
+fn interrupt(store: &std::path::Path, id: &str, run_id: &str) {
+    let key = store.join(id).join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&key).unwrap()).unwrap();
+    m["completed_at"] = serde_json::Value::Null;
+    std::fs::write(&key, serde_json::to_vec(&m).unwrap()).unwrap();
+    let lock_key = store.join(id).join("state/lock.json");
+    let mut lock: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&lock_key).unwrap()).unwrap();
+    lock["run_id"] = run_id.into();
+    lock["host"] = "elsewhere".into();
+    lock["ended_at"] = serde_json::Value::Null;
+    lock["heartbeat_at"] = (lock["heartbeat_at"].as_i64().unwrap() - 600_000).into();
+    std::fs::write(&lock_key, serde_json::to_vec(&lock).unwrap()).unwrap();
 }
 
 #[test]
@@ -257,18 +292,7 @@ fn an_earlier_run_s_messages_on_a_queue_without_statistics_yet_are_waited_for() 
     );
     let out = run_cli(&["backup", "--config", &cfg]);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
-    let key = store.join("nostats/manifest.json");
-    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&key).unwrap()).unwrap();
-    m["completed_at"] = serde_json::Value::Null;
-    std::fs::write(&key, serde_json::to_vec(&m).unwrap()).unwrap();
-    let lock_key = store.join("nostats/state/lock.json");
-    let mut lock: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&lock_key).unwrap()).unwrap();
-    lock["run_id"] = "elsewhere-1-1".into();
-    lock["host"] = "elsewhere".into();
-    lock["ended_at"] = serde_json::Value::Null;
-    lock["heartbeat_at"] = (lock["heartbeat_at"].as_i64().unwrap() - 600_000).into();
-    std::fs::write(&lock_key, serde_json::to_vec(&lock).unwrap()).unwrap();
+    interrupt(&store, "nostats", "elsewhere-1-1");
 
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();

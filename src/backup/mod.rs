@@ -234,6 +234,16 @@ fn run_job(
         // Still the backup created then: its checkpoint database is trusted for it alone.
         manifest.created_at = earlier.manifest.created_at;
     }
+    // Unfinished writes a killed run left (filesystem storage): under the lock, before this run
+    // writes. A sharded backup's parts write at once, perhaps on other hosts, whose processes
+    // this host cannot see: theirs are left to `forget --prune`.
+    if target.shard.is_none() {
+        if let Err(e) =
+            crate::storage::partials::remove_stale(storage.as_ref(), &format!("{backup_id}/"))
+        {
+            log::warn!("unfinished writes of an earlier run are left under {backup_id}/ (harmless; forget --prune removes them): {e}");
+        }
+    }
     let earlier = resume::Earlier::list(storage.as_ref(), backup_id)?;
     // A manifest with completed_at null first: a run that dies from here on reads as
     // interrupted, and never leaves an older manifest in front of new segments.

@@ -230,21 +230,35 @@ pub(super) fn part_complete(
     })
 }
 
-/// Merges the parts of a sharded backup when every one is complete, and says how far it is.
-/// A failure is only a warning: the next reader merges them.
+/// Merges the parts of a sharded backup and, when every one is complete, writes the merge to
+/// `{backup_id}/manifest.json` unless that exists (create-only; only a backup writes it:
+/// readers merge in memory, `crate::manifest::merge_parts`); says how far the backup is. A
+/// failure is only a warning: readers merge the parts on each read.
 pub(super) fn merge_parts(storage: &dyn Storage, target: &Target) {
-    match crate::shard::assemble(storage, &target.backup_id) {
-        Ok(Some(m)) if m.completed_at.is_some() => {}
+    let id = &target.backup_id;
+    match manifest::merge_parts(storage, id) {
+        Ok(Some(m)) if m.completed_at.is_some() => {
+            let key = manifest::manifest_key(id);
+            match m
+                .to_json_pretty()
+                .and_then(|json| storage.put_bytes_new(&key, json.as_bytes()))
+            {
+                Ok(Conditional::Written(_)) => log::info!(
+                    "backup {id}: all {} parts complete; {key} written",
+                    m.parts.unwrap_or(0)
+                ),
+                Ok(Conditional::Refused) => {}
+                Err(e) => log::warn!(
+                    "backup {id}: {key} not written ({e}); readers merge the parts on each read"
+                ),
+            }
+        }
         Ok(Some(m)) => log::info!(
-            "backup {}: {} is complete; the backup is complete once every one of its {} parts is",
-            target.backup_id,
+            "backup {id}: {} is complete; the backup is complete once every one of its {} parts is",
             target.label(),
             m.parts.unwrap_or(0)
         ),
         Ok(None) => {}
-        Err(e) => log::warn!(
-            "backup {}: its parts cannot be merged yet: {e}",
-            target.backup_id
-        ),
+        Err(e) => log::warn!("backup {id}: its parts cannot be merged yet: {e}"),
     }
 }

@@ -6,12 +6,17 @@
 //! half-written database (object stores replace an object whole; the filesystem backend writes
 //! a temporary file and renames it). Each sync counts in `broker_backup_checkpoint_syncs`, each
 //! failed one in `broker_backup_checkpoint_sync_failures`.
+//!
+//! Local copies (a fetched database, a snapshot) are made in a fresh private directory
+//! (`SpoolDir::private_in`: 0700, an unguessable name, created by `mkdir(2)`), in files created
+//! new: a name planted in a shared directory such as `/tmp` (a symlink to a file of the
+//! user running the tool) is never followed nor written (issue 31, item 11).
 
 use super::Checkpoints;
 use crate::config::{OffsetBackend, OffsetStorageConfig};
 use crate::error::{Error, Result};
 use crate::metrics;
-use crate::spool::unique_file;
+use crate::spool::SpoolDir;
 use crate::storage::Storage;
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
@@ -40,10 +45,11 @@ pub fn open(cfg: &OffsetStorageConfig, storage: &dyn Storage) -> Result<Checkpoi
                     cfg.db_path.display()
                 )));
             }
-            let tmp = unique_file(dir, ".offsets-fetch");
+            // In a private directory there, so that the rename stays on one filesystem.
+            let private = private_dir(dir, ".rmq-backup-fetch")?;
+            let tmp = new_file(&private, "offsets.db")?;
             storage.get_to_file(key, &tmp)?;
             std::fs::rename(&tmp, &cfg.db_path).map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
                 Error::Checkpoint(format!(
                     "unable to open database file: {} ({e})",
                     cfg.db_path.display()
@@ -58,11 +64,12 @@ pub fn open(cfg: &OffsetStorageConfig, storage: &dyn Storage) -> Result<Checkpoi
         }
         (OffsetBackend::Sqlite, _) => Checkpoints::open_file(&cfg.db_path),
         (OffsetBackend::Memory, Some(key)) => {
-            let tmp = unique_file(&std::env::temp_dir(), "rmq-backup-offsets-fetch");
+            let private = private_dir(&std::env::temp_dir(), "rmq-backup-offsets")?;
+            let tmp = new_file(&private, "fetched.db")?;
             let fetched = storage
                 .get_to_file(key, &tmp)
                 .and_then(|_| Checkpoints::open_memory_from(&tmp));
-            let _ = std::fs::remove_file(&tmp);
+            drop(private);
             log::info!(
                 "checkpoint database fetched into memory from {key} in {}",
                 storage.location()
@@ -71,6 +78,32 @@ pub fn open(cfg: &OffsetStorageConfig, storage: &dyn Storage) -> Result<Checkpoi
         }
         (OffsetBackend::Memory, None) => Checkpoints::open_memory(),
     }
+}
+
+/// A fresh private directory in `base` ([`SpoolDir::private_in`]), removed on drop.
+///
+/// Errors: `Checkpoint error: cannot create a private directory in <base>: <reason>`.
+fn private_dir(base: &Path, hint: &str) -> Result<SpoolDir> {
+    SpoolDir::private_in(base, hint).map_err(|e| {
+        Error::Checkpoint(format!(
+            "cannot create a private directory in {}: {}",
+            base.display(),
+            crate::storage::io_reason(&e)
+        ))
+    })
+}
+
+/// A new file `name` in `dir` ([`SpoolDir::new_file`]).
+///
+/// Errors: `Checkpoint error: cannot create <path>: <reason>`.
+fn new_file(dir: &SpoolDir, name: &str) -> Result<std::path::PathBuf> {
+    dir.new_file(name).map_err(|e| {
+        Error::Checkpoint(format!(
+            "cannot create {}: {}",
+            dir.path().join(name).display(),
+            crate::storage::io_reason(&e)
+        ))
+    })
 }
 
 /// Opens the database of `cfg` ([`open`]) and, with an `s3_key`, starts its [`Syncer`]. SPEC.md
@@ -98,11 +131,13 @@ pub fn start(
 /// Uploads a snapshot of `checkpoints` to `key` in `storage`, and counts it (a failure in
 /// `broker_backup_checkpoint_sync_failures`).
 pub fn push(checkpoints: &Checkpoints, storage: &dyn Storage, key: &str) -> Result<()> {
-    let tmp = unique_file(&std::env::temp_dir(), "rmq-backup-offsets-snapshot");
-    let result = checkpoints
-        .snapshot_to(&tmp)
-        .and_then(|_| storage.put_file(key, &tmp));
-    let _ = std::fs::remove_file(&tmp);
+    let result = private_dir(&std::env::temp_dir(), "rmq-backup-offsets").and_then(|private| {
+        // VACUUM INTO creates the file, in a directory no one else can write to.
+        let tmp = private.path().join("snapshot.db");
+        checkpoints
+            .snapshot_to(&tmp)
+            .and_then(|_| storage.put_file(key, &tmp))
+    });
     if result.is_err() {
         metrics::global().checkpoint_sync_failures.inc();
     }

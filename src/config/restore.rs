@@ -112,8 +112,10 @@ pub struct RestoreOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamOffsets {
-    /// Each backed-up offset is translated to the offset that the first restored message at or
-    /// after it took in the target stream, and stored there under the same reference.
+    /// Each backed-up offset is translated to the offset that the last restored message at or
+    /// before it took in the target stream (its consumer resumes at the next one), and stored
+    /// there under the same reference; a reference before every restored message is left unset
+    /// with a warning.
     #[default]
     Translate,
     /// Consumer offsets are not restored.

@@ -64,7 +64,8 @@ pub(super) fn write_body_with(body: &[u8], out: &mut Vec<u8>, simd: bool) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if simd && simd::available() {
-        (done, pos) = simd::encode(body, buf, pos);
+        // SAFETY: `available()` just returned true: the CPU has SSSE3.
+        (done, pos) = unsafe { simd::encode(body, buf, pos) };
     }
     pos = write_scalar(&body[done..], buf, pos);
     buf[pos - 1] = b']';
@@ -202,7 +203,8 @@ pub(super) fn parse_compact_with(s: &[u8], a: usize, simd: bool) -> Option<(Vec<
         });
     }
     #[cfg(target_arch = "x86_64")]
-    if simd && simd::available() && !simd::decode(s, &mut chains) {
+    // SAFETY: `decode` runs only after `available()` returned true: the CPU has SSSE3.
+    if simd && simd::available() && !unsafe { simd::decode(s, &mut chains) } {
         return None;
     }
     // What is left of each chain, one element per chain per round.
@@ -314,8 +316,13 @@ mod simd {
 
     /// Writes `"n,"` for the body bytes in whole chunks of 16 into `buf` from `pos`. Returns the
     /// number of body bytes written and the position after the last comma.
-    pub(super) fn encode(body: &[u8], buf: &mut [u8], pos: usize) -> (usize, usize) {
-        // SAFETY: `available()` was true (the caller checks): the CPU has SSSE3.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have SSSE3: [`available`] returned true. (Out-of-bounds access is not a
+    /// concern of the caller: every slice access is checked.)
+    pub(super) unsafe fn encode(body: &[u8], buf: &mut [u8], pos: usize) -> (usize, usize) {
+        // SAFETY: the caller guarantees SSSE3 (this function's contract).
         unsafe { encode_ssse3(body, buf, pos) }
     }
 
@@ -488,8 +495,13 @@ mod simd {
     ///
     /// What a group is checked for is gathered in one vector and tested once at the end, so
     /// that a step has no branch but the one that ends the chain.
-    pub(super) fn decode(s: &[u8], chains: &mut [Chain]) -> bool {
-        // SAFETY: `available()` was true (the caller checks): the CPU has SSSE3.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have SSSE3: [`available`] returned true. (Out-of-bounds access is not a
+    /// concern of the caller: every slice access is checked.)
+    pub(super) unsafe fn decode(s: &[u8], chains: &mut [Chain]) -> bool {
+        // SAFETY: the caller guarantees SSSE3 (this function's contract).
         unsafe { decode_ssse3(s, chains) }
     }
 

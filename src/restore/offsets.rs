@@ -2,8 +2,16 @@
 //! "Stream consumer offsets"). A consumer that tracks its place under a reference (the stream
 //! protocol's StoreOffset) would be lost in the restored stream, whose offsets differ. The
 //! backup holds each named reference's offset (`QueueBackup::consumer_offsets`); the restore
-//! gives each reference the offset that the first restored message at or after it took in the
+//! gives each reference the offset that the last restored message at or before it took in the
 //! target, and stores it there under the same reference.
+//!
+//! Why at or before: a stored offset is the last message its consumer processed, and the
+//! consumer resumes at the next one (stored + 1). A reference that falls in a gap of the
+//! restored records (a time window, or below the first backed-up offset) mapped to the record
+//! after it would make the consumer skip that record; mapped to the record before it, the
+//! consumer resumes at the first record it has not seen. When no restored record lies at or
+//! before it, no offset says "before the first", so the reference is left unset with a warning
+//! (the consumer then starts where its own application says).
 //!
 //! How the target's offsets are known: a stream gives each message the next offset, and the
 //! records of a queue are published in order (`super::publish`), so once every publish is
@@ -25,9 +33,9 @@ const END_WAIT: Duration = Duration::from_secs(10);
 pub(super) struct Translation {
     /// (offset in the backup, reference) not reached yet, highest offset first.
     pending: Vec<(u64, String)>,
-    /// (reference, offset in the backup, index in this run's publish order of the first record
-    /// at or after it).
-    found: Vec<(String, u64, u64)>,
+    /// (reference, offset in the backup, index in this run's publish order of the last record
+    /// at or before it; `None` when it lies before every record this run published).
+    found: Vec<(String, u64, Option<u64>)>,
     /// The source offset of the first record this run published.
     first: Option<u64>,
     published: u64,
@@ -59,9 +67,16 @@ impl Translation {
     /// SPEC.md "Segment file").
     pub(super) fn observe(&mut self, offset: u64) {
         self.first.get_or_insert(offset);
-        while self.pending.last().is_some_and(|(o, _)| *o <= offset) {
+        // A reference below this record lies after the previous one (or before them all).
+        let previous = self.published.checked_sub(1);
+        while let Some((o, _)) = self.pending.last() {
+            let index = match (*o).cmp(&offset) {
+                std::cmp::Ordering::Less => previous,
+                std::cmp::Ordering::Equal => Some(self.published),
+                std::cmp::Ordering::Greater => break,
+            };
             if let Some((o, reference)) = self.pending.pop() {
-                self.found.push((reference, o, self.published));
+                self.found.push((reference, o, index));
             }
         }
         self.published += 1;
@@ -70,33 +85,39 @@ impl Translation {
     /// Where each reference goes, once this run's `published` messages are the last of a
     /// target whose next offset is `end` (see the module documentation). `earlier`: records
     /// of the queue an earlier run published (`restore.checkpoint_state`), whose target
-    /// offsets this run does not know: a reference that falls among them is left out with a
-    /// warning. A reference past every restored record goes to the last one (its consumer had
-    /// read them all).
+    /// offsets this run does not know: a reference before this run's first record is left out
+    /// with a warning. Each reference goes to the last restored record at or before it (see
+    /// the module documentation); one past every restored record goes to the last one (its
+    /// consumer had read them all); one before every restored record is left unset with a
+    /// warning.
     pub(super) fn finish(mut self, end: u64, earlier: u64, name: &str) -> Vec<Translated> {
+        if self.published == 0 {
+            return Vec::new();
+        }
         let base = end.saturating_sub(self.published);
-        let last = self.published.saturating_sub(1);
+        let last = self.published - 1;
         let beyond = std::mem::take(&mut self.pending);
         let mut out = Vec::new();
-        for (reference, from, index) in self.found {
-            if earlier > 0 && self.first.is_some_and(|f| from < f) {
-                log::warn!(
+        let placed = self.found.into_iter().chain(
+            beyond
+                .into_iter()
+                .map(|(from, reference)| (reference, from, Some(last))),
+        );
+        for (reference, from, index) in placed {
+            match index {
+                Some(index) => out.push(Translated {
+                    reference,
+                    from,
+                    to: base + index,
+                }),
+                None if earlier > 0 => log::warn!(
                     "{name}: consumer reference {reference} (offset {from}) points among the records an earlier run restored; its offset is not restored"
-                );
-                continue;
+                ),
+                None => log::warn!(
+                    "{name}: consumer reference {reference} (offset {from}) lies before every restored record (the first is offset {}); its offset is not restored, so its consumer starts where its application says",
+                    self.first.unwrap_or_default()
+                ),
             }
-            out.push(Translated {
-                reference,
-                from,
-                to: base + index,
-            });
-        }
-        if self.published > 0 {
-            out.extend(beyond.into_iter().map(|(from, reference)| Translated {
-                reference,
-                from,
-                to: base + last,
-            }));
         }
         out
     }
@@ -173,7 +194,7 @@ mod tests {
     }
 
     #[test]
-    fn each_reference_goes_to_the_first_restored_record_at_or_after_it() {
+    fn a_reference_on_a_restored_record_goes_to_that_record() {
         // Source offsets 100..=109 restored into a stream that held 5 messages: 5..=14.
         let published: Vec<u64> = (100..110).collect();
         assert_eq!(
@@ -187,23 +208,33 @@ mod tests {
     }
 
     #[test]
-    fn gaps_before_and_after_the_restored_records() {
-        // Offsets 10, 20, 30 restored (a time window or retention left the others out) into
-        // an empty stream: 0, 1, 2.
+    fn a_reference_in_a_gap_goes_to_the_last_record_before_it() {
+        // Offsets 10, 20, 30 restored (a time window left the others out) into an empty
+        // stream: 0, 1, 2. A consumer whose place is 15 processed 10, not 20: it resumes at
+        // stored + 1, so 15 -> 0 (the first record after it, 1, would be skipped).
         assert_eq!(
-            translate(
-                &[("before", 3), ("gap", 15), ("exact", 20), ("after", 99)],
-                &[10, 20, 30],
-                3,
-                0
-            ),
-            vec![
-                ("after".into(), 99, 2),
-                ("before".into(), 3, 0),
-                ("exact".into(), 20, 1),
-                ("gap".into(), 15, 1)
-            ]
+            translate(&[("gap", 15), ("gap2", 29)], &[10, 20, 30], 3, 0),
+            vec![("gap".into(), 15, 0), ("gap2".into(), 29, 1)]
         );
+    }
+
+    #[test]
+    fn a_reference_past_every_record_goes_to_the_last_one() {
+        assert_eq!(
+            translate(&[("after", 99)], &[10, 20, 30], 3, 0),
+            vec![("after".into(), 99, 2)]
+        );
+    }
+
+    #[test]
+    fn a_reference_before_every_restored_record_is_left_unset() {
+        // Below the first backed-up offset (retention had removed 0..=9): its consumer has
+        // processed none of the restored records, and no offset says "before the first".
+        assert_eq!(
+            translate(&[("before", 3), ("exact", 20)], &[10, 20, 30], 3, 0),
+            vec![("exact".into(), 20, 1)]
+        );
+        assert_eq!(translate(&[("before", 9)], &[10], 1, 0), vec![]);
     }
 
     #[test]

@@ -18,6 +18,10 @@
 //! - under a backup prefix without a manifest or parts (a run killed before its first manifest,
 //!   a backup half deleted): every object of a backup's shape.
 //!
+//! - under any backup prefix: an unfinished write whose writer is gone (the filesystem
+//!   backend's `<name>.partial-<pid>-<n>` of a process not running on this host,
+//!   `crate::storage::partials`) that was to become one of the objects above.
+//!
 //! Never touched: a prefix whose run lock is busy (`super::busy`), an interrupted backup (a
 //! rerun resumes from what it stored), a backup whose manifest cannot be read, and any object
 //! younger than the grace period or whose age the storage does not report (the memory
@@ -137,6 +141,63 @@ pub fn protects(protected: &[String], key: &str) -> bool {
     })
 }
 
+/// Whether an orphan last modified at `modified_at` goes, and why, with the grace period
+/// reaching back to `cutoff` (`grace` its text).
+fn by_age(modified_at: Option<i64>, cutoff: Option<i64>, grace: &str) -> (bool, String) {
+    match modified_at {
+        None => (
+            false,
+            "age unknown (the storage reports no time)".to_string(),
+        ),
+        Some(t) if cutoff.is_none_or(|c| t > c) => (false, format!("younger than {grace}")),
+        Some(_) => (true, format!("older than {grace}")),
+    }
+}
+
+/// The unfinished writes under `{id}/` whose writer is gone (`crate::storage::partials`) that
+/// were to become one of the backup's own objects ([`Shape`]) and no key [`protects`] keeps:
+/// orphans like any other, removed once older than the grace period (unless a dry run).
+/// Removal failures are added to `errors`.
+///
+/// Errors: storage failures listing.
+fn stale_partials(
+    storage: &dyn Storage,
+    opts: &Options,
+    id: &str,
+    protected: &[String],
+    errors: &mut Vec<String>,
+) -> Result<Vec<Orphan>> {
+    let cutoff = opts.prune_grace.before(now_ms());
+    let grace = opts.prune_grace.to_string();
+    let mut out = Vec::new();
+    for (name, modified_at) in storage.stale_partials(&format!("{id}/"))? {
+        let Some(rest) = crate::storage::partials::final_name(&name)
+            .and_then(|f| f.strip_prefix(id))
+            .and_then(|r| r.strip_prefix('/'))
+        else {
+            continue;
+        };
+        if Shape::of(rest) == Shape::Other || protects(protected, &name) {
+            continue;
+        }
+        let (remove, reason) = by_age(modified_at, cutoff, &grace);
+        let reason = format!("unfinished write of a process no longer running, {reason}");
+        if remove && !opts.dry_run {
+            if let Err(e) = storage.remove_stale_partial(&name) {
+                log::error!("prune: {id}/: {e}");
+                errors.push(e.to_string());
+            }
+        }
+        out.push(Orphan {
+            key: name,
+            modified_at,
+            remove,
+            reason,
+        });
+    }
+    Ok(out)
+}
+
 /// Finds the orphans of `storage` and deletes those older than `opts.prune_grace` (unless a
 /// dry run), never a key [`protects`] keeps. Delete failures are added to `errors` naming the
 /// key.
@@ -175,6 +236,7 @@ pub fn prune(
             log::debug!("prune: {id}/ skipped: {why}");
             continue;
         }
+        out.extend(stale_partials(storage, opts, &id, protected, errors)?);
         let candidates: Vec<(String, Option<i64>)> = if ids.contains(&id) {
             let m = match Manifest::read(storage, &id) {
                 Ok(m) if m.completed_at.is_some() => m,
@@ -202,14 +264,7 @@ pub fn prune(
         };
         let mut doomed = Vec::new();
         for (key, modified_at) in candidates {
-            let (remove, reason) = match modified_at {
-                None => (
-                    false,
-                    "age unknown (the storage reports no time)".to_string(),
-                ),
-                Some(t) if cutoff.is_none_or(|c| t > c) => (false, format!("younger than {grace}")),
-                Some(_) => (true, format!("older than {grace}")),
-            };
+            let (remove, reason) = by_age(modified_at, cutoff, &grace);
             if remove {
                 doomed.push(key.clone());
             }

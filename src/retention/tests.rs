@@ -153,7 +153,7 @@ fn a_sharded_backup_loses_a_part_before_its_manifest() {
     for i in 0..2u32 {
         let mut m = Manifest::new("sh", DAY);
         m.completed_at = Some(DAY + 5);
-        m.shard = Some(crate::shard::Shard { index: i, count: 2 });
+        m.shard = Some(crate::manifest::Shard { index: i, count: 2 });
         s.put_bytes(
             &format!("sh/parts/{i}-of-2.json"),
             m.to_json_pretty().unwrap().as_bytes(),
@@ -166,9 +166,15 @@ fn a_sharded_backup_loses_a_part_before_its_manifest() {
         (Some(2), true)
     );
     assert!(
-        s.head("sh/manifest.json").unwrap().is_some(),
-        "merged on read"
+        s.head("sh/manifest.json").unwrap().is_none(),
+        "a reader merges in memory, writes nothing"
     );
+    // The merge the last part's backup stores.
+    s.put_bytes(
+        "sh/manifest.json",
+        merged.to_json_pretty().unwrap().as_bytes(),
+    )
+    .unwrap();
     let parts = Some(2);
     // The first delete alone leaves no complete backup to read.
     s.delete(&s.list("sh/parts/").unwrap()[0]).unwrap();

@@ -3,7 +3,8 @@
 //!
 //! Writes are atomic: data goes to `<name>.partial-<pid>-<n>` in the target directory, is fsynced,
 //! then renamed over the final name (and the directory fsynced). Leftover `.partial-` files of a
-//! crashed writer are never listed or read. A create-only write (`put_*_new`) links the finished
+//! crashed writer are never listed or read; a backup removes those of its backup whose writer is
+//! gone, and `forget --prune` those under any backup (`super::partials`). A create-only write (`put_*_new`) links the finished
 //! file to its name instead (`link(2)` fails when the name exists); a conditional replace
 //! (`put_bytes_if`) compares and renames while it holds an exclusive `flock(2)` on the
 //! directory (local filesystems; NFS's locks are the server's, README "Storage"). Errors name the key and the OS's reason:
@@ -523,6 +524,14 @@ impl Storage for FilesystemStorage {
 
     fn location(&self) -> String {
         format!("file://{}", self.base.display())
+    }
+
+    fn stale_partials(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        super::partials::find_in(&self.base, prefix)
+    }
+
+    fn remove_stale_partial(&self, name: &str) -> Result<()> {
+        super::partials::remove_in(&self.base, name)
     }
 
     fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {

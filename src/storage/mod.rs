@@ -15,6 +15,7 @@ pub mod filesystem;
 pub mod gcs;
 pub mod memory;
 pub mod object_lock;
+pub mod partials;
 pub mod retry;
 pub mod s3;
 mod traced;
@@ -86,6 +87,26 @@ pub trait Storage: Send + Sync {
     /// never deletes an object whose age it cannot tell.
     fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
         Ok(self.list(prefix)?.into_iter().map(|k| (k, None)).collect())
+    }
+
+    /// Leftovers of unfinished writes under `prefix` whose writer is gone ([`partials`]: the
+    /// filesystem backend's `<name>.partial-<pid>-<n>` files of a process no longer running
+    /// on this host), by their name relative to the storage root, with their last-modified
+    /// time (epoch ms) where known; sorted. [`Storage::list`] never shows them. Object stores
+    /// write an object whole and leave none: the default finds none.
+    fn stale_partials(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        let _ = prefix;
+        Ok(Vec::new())
+    }
+
+    /// Removes a leftover [`Storage::stale_partials`] returned, when it still is one whose
+    /// writer is gone (anything else is left alone); removing a missing one succeeds. The
+    /// default has none to remove.
+    ///
+    /// Errors: `Storage error: Failed to delete <name>: <reason>`.
+    fn remove_stale_partial(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Ok(())
     }
 
     /// Writes `key` with `data` only when no object has that key, atomically
@@ -361,6 +382,24 @@ impl Storage for Prefixed {
             .into_iter()
             .filter_map(|(k, t)| k.strip_prefix(&lead).map(|k| (k.to_string(), t)))
             .collect())
+    }
+
+    fn stale_partials(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        validate_prefix(prefix)?;
+        let lead = format!("{}/", self.prefix);
+        Ok(self
+            .inner
+            .stale_partials(&format!("{lead}{prefix}"))?
+            .into_iter()
+            .filter_map(|(k, t)| k.strip_prefix(&lead).map(|k| (k.to_string(), t)))
+            .collect())
+    }
+
+    fn remove_stale_partial(&self, name: &str) -> Result<()> {
+        let full = format!("{}/{name}", self.prefix);
+        self.inner
+            .remove_stale_partial(&full)
+            .map_err(|e| unprefix_error(e, &full, name))
     }
 
     fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {

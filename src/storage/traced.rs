@@ -112,6 +112,25 @@ impl Storage for Traced {
         )
     }
 
+    fn stale_partials(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
+        let shown = if prefix.is_empty() { "/" } else { prefix };
+        self.traced(
+            "list (unfinished writes)",
+            shown,
+            |_| None,
+            || self.inner.stale_partials(prefix),
+        )
+    }
+
+    fn remove_stale_partial(&self, name: &str) -> Result<()> {
+        self.traced(
+            "delete (unfinished write)",
+            name,
+            |_| None,
+            || self.inner.remove_stale_partial(name),
+        )
+    }
+
     fn put_bytes_new(&self, key: &str, data: &[u8]) -> Result<Conditional> {
         self.traced(
             "put (create only)",
