@@ -139,6 +139,19 @@ pub struct SegmentMetadata {
     /// `encryption.recipients` says who may read them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipients: Option<Vec<String>>,
+    /// The segment's format version (docs/segment-format.md) when it is not 1, as its header
+    /// says: `describe` shows it and a rerun compares it with `backup.segment_version`
+    /// without fetching the segment. Absent for version 1, so a version 1 backup's manifest
+    /// is what SPEC.md shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment_version: Option<u8>,
+}
+
+impl SegmentMetadata {
+    /// The segment's format version: `segment_version`, 1 when absent.
+    pub fn version(&self) -> u8 {
+        self.segment_version.unwrap_or(crate::segment::VERSION)
+    }
 }
 
 #[cfg(test)]
@@ -215,6 +228,7 @@ impl SegmentMetadata {
             checksum: seg.checksum.clone(),
             encryption: None,
             recipients: None,
+            segment_version: (seg.version != crate::segment::VERSION).then_some(seg.version),
         }
     }
 }
@@ -615,6 +629,7 @@ mod tests {
             size_bytes: 100,
             uncompressed_bytes: 300,
             checksum: "0".repeat(64),
+            version: 1,
         };
         let m = SegmentMetadata::from_finished("k".into(), 7, &fin);
         assert_eq!(m.key, "k");
