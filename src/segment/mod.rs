@@ -25,6 +25,7 @@ mod reader;
 #[cfg(test)]
 mod tests;
 mod writer;
+mod zstd_sink;
 
 pub use raw::RawRecord;
 pub use reader::{Records, SegmentReader, MAX_RECORD_BYTES};

@@ -570,3 +570,6 @@ fn a_segment_kept_in_memory_is_the_file_byte_for_byte_and_spills_when_it_grows()
         }
     }
 }
+
+#[path = "v2_tests.rs"]
+mod v2;

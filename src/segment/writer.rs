@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use super::zstd_sink::ZstdSink;
 use super::{
     hex_lower, io_err, sha256_file, Compression, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN,
     VERSION, VERSION_2,
@@ -109,7 +110,7 @@ impl Write for CrcWriter {
 
 enum Sink {
     Plain(CrcWriter),
-    Zstd(zstd::stream::write::Encoder<'static, CrcWriter>),
+    Zstd(ZstdSink<CrcWriter>),
     Lz4(lz4::Encoder<CrcWriter>),
 }
 
@@ -331,24 +332,19 @@ impl SegmentWriter {
         let sink = match compression {
             Compression::None => Sink::Plain(crc),
             Compression::Zstd => {
-                let fail = |e: std::io::Error| {
-                    Error::Compression(format!("Failed to start zstd level {level}: {e}"))
-                };
-                let mut encoder = zstd::stream::write::Encoder::new(crc, level).map_err(fail)?;
                 let taken = worker_budget::claim(workers);
-                let started = if taken > 0 {
-                    encoder.multithread(taken).and_then(|()| {
-                        encoder.set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB_SIZE))
-                    })
-                } else {
-                    Ok(())
-                };
-                if let Err(e) = started {
-                    worker_budget::release(taken);
-                    return Err(fail(e));
+                match ZstdSink::new(crc, level, taken, ZSTD_JOB_SIZE) {
+                    Ok(sink) => {
+                        claimed = taken;
+                        Sink::Zstd(sink)
+                    }
+                    Err(e) => {
+                        worker_budget::release(taken);
+                        return Err(Error::Compression(format!(
+                            "Failed to start zstd level {level}: {e}"
+                        )));
+                    }
                 }
-                claimed = taken;
-                Sink::Zstd(encoder)
             }
             Compression::Lz4 => Sink::Lz4(
                 lz4::EncoderBuilder::new()
