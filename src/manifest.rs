@@ -171,6 +171,7 @@ impl SegmentMetadata {
             checksum: String::new(),
             encryption: None,
             recipients: None,
+            segment_version: None,
         }
     }
 }
@@ -460,6 +461,7 @@ mod tests {
                     checksum: "ab".repeat(32),
                     encryption: None,
                     recipients: None,
+                    segment_version: None,
                 }],
                 message_count: 10,
                 first_message_timestamp: Some(1),
