@@ -13,9 +13,9 @@ use super::{
 use crate::error::{Error, Result};
 
 /// The largest record a reader accepts by default: 2 GiB + 64 MiB of JSON (version 2: of
-/// metadata, and of body, each). RabbitMQ refuses
-/// messages over 512 MiB (`max_message_size` cannot be set higher), and a body is written as a
-/// JSON number array of at most 4 bytes per body byte (`255,`), plus properties and headers.
+/// metadata, and of body, each). RabbitMQ refuses messages over 512 MiB (`max_message_size`
+/// cannot be set higher), and a body is written as a JSON number array of at most 4 bytes per
+/// body byte (`255,`), plus properties and headers.
 /// Larger announced lengths are refused before anything is allocated or decompressed for them,
 /// so a small compressed payload cannot make a reader inflate more than this per record
 /// (`SegmentReader::max_record_bytes` lowers it, as the fuzz target does).
@@ -116,10 +116,10 @@ impl SegmentReader {
         self.payload_len
     }
 
-    /// Iterates the records (each a [`RawRecord`] of the header's version), decompressing as it goes. After the last record it
-    /// checks the count against the header (`Expected {n} records but found {m}`; surplus records
-    /// are not handed out) and that the payload ends cleanly (a truncated record or frame is an
-    /// error). After an error the iterator ends.
+    /// Iterates the records (each a [`RawRecord`] of the header's version), decompressing as it
+    /// goes. After the last record it checks the count against the header (`Expected {n}
+    /// records but found {m}`; surplus records are not handed out) and that the payload ends
+    /// cleanly (a truncated record or frame is an error). After an error the iterator ends.
     pub fn records(self) -> Records {
         let SegmentReader {
             path,
