@@ -263,3 +263,67 @@ fn a_version_2_backup_restores_byte_for_byte() {
     assert!(!raw.contains("segment_version"), "{raw}");
     let _ = management().delete_vhost(&target);
 }
+
+/// A rerun of an interrupted backup keeps the queues an earlier run completed; their segments
+/// stay in the version they were written in: a rerun that writes another version refuses such
+/// a queue, naming the version to set, and a rerun in the earlier version reuses them.
+#[test]
+fn a_rerun_in_another_segment_version_refuses_to_keep_the_earlier_segments() {
+    let vh = TestVhost::new("v2-rerun");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "done", "classic", FieldTable::new());
+    publish(&ch, "done", &diverse_messages(30, 5, false));
+    let dir = TempDir::new("v2-rerun");
+    let store = dir.path().join("store");
+    let id = "rerun";
+    let db = dir.path().join("offsets.db");
+    let config = |version: u8| {
+        write_config(
+            dir.path(),
+            &format!("b{version}.yaml"),
+            &backup_yaml(
+                id,
+                &vh.name,
+                &store,
+                &format!(
+                    "  segment_version: {version}\noffset_storage:\n  backend: sqlite\n  db_path: \"{}\"\n",
+                    db.display()
+                ),
+            ),
+        )
+    };
+    let out = run_cli(&["backup", "--config", &config(1)]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    // As if the run had been interrupted after the queue completed.
+    let path = store.join(id).join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["completed_at"] = serde_json::Value::Null;
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    let key = m["queues"][0]["segments"][0]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let out = run_cli(&["backup", "--config", &config(2)]);
+    let (stdout, stderr) = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "Configuration error: queue done in vhost {}: the earlier run of this backup stored {key} in segment format version 1, and this run writes version 2 (backup.segment_version); a rerun continues in the version the backup was started with: set backup.segment_version: 1 to resume it, or back up under a new backup_id",
+            vh.name
+        )),
+        "{stdout}{stderr}"
+    );
+
+    let out = run_cli(&["backup", "--config", &config(1)]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "queue done in vhost {}: completed by an earlier run; 1 verified segment(s) reused",
+            vh.name
+        )),
+        "{stderr}"
+    );
+}
