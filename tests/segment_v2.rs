@@ -127,7 +127,10 @@ fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
     let out = run_cli(&["describe", "--path", &url, "--backup-id", id]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stdout.contains("Segment format:      version 2"), "{stdout}");
+    assert!(
+        stdout.contains("Segment format:      version 2"),
+        "{stdout}"
+    );
 
     // A header version the tool does not know is refused by it, naming the version.
     let mut bad = file.clone();
@@ -221,7 +224,11 @@ fn a_version_2_backup_restores_byte_for_byte() {
         assert!(segments.len() > 1, "{id}: rotates");
         for s in segments {
             assert!(s.key.ends_with(ext), "{id}: {}", s.key);
-            assert_eq!(s.segment_version, Some(2), "{id}: the manifest says version 2");
+            assert_eq!(
+                s.segment_version,
+                Some(2),
+                "{id}: the manifest says version 2"
+            );
             if !ext.ends_with(".age") {
                 let b = std::fs::read(store.join(&s.key)).unwrap();
                 assert_eq!(&b[..5], b"RBAK\x02", "{id}: header byte 4");

@@ -146,7 +146,11 @@ mod tests {
 
     #[test]
     fn round_trip_of_every_field_empty_and_big_bodies() {
-        for body in [Vec::new(), vec![7u8], (0..=255u8).cycle().take(5 << 20).collect()] {
+        for body in [
+            Vec::new(),
+            vec![7u8],
+            (0..=255u8).cycle().take(5 << 20).collect(),
+        ] {
             let rec = BackupRecord { body, ..full() };
             let mut meta = Vec::new();
             encode_meta(&rec, &mut meta);

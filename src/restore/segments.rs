@@ -108,18 +108,19 @@ pub(crate) fn decode_segments<T: Decoded>(
             .collect()
     }
     let (todo, skip) = segments_to_read(&backup.segments, opts, skip);
-    let read = |chunk_records, readers, hand_over: &mut dyn FnMut(Vec<RawRecord>) -> Result<bool>| {
-        read_segments(
-            storage,
-            spool,
-            backup,
-            &todo,
-            chunk_records,
-            readers,
-            keys,
-            hand_over,
-        )
-    };
+    let read =
+        |chunk_records, readers, hand_over: &mut dyn FnMut(Vec<RawRecord>) -> Result<bool>| {
+            read_segments(
+                storage,
+                spool,
+                backup,
+                &todo,
+                chunk_records,
+                readers,
+                keys,
+                hand_over,
+            )
+        };
     if workers <= 1 {
         let mut forward = Forward::new(tx, outside_window, opts, skip);
         // One record at a time: nothing held twice (raw and decoded) per queue.

@@ -285,10 +285,7 @@ impl Records {
             return Err(ser(if first {
                 format!("Truncated record length prefix after record {}", self.count)
             } else {
-                format!(
-                    "Truncated body length prefix of record {}",
-                    self.count + 1
-                )
+                format!("Truncated body length prefix of record {}", self.count + 1)
             }));
         }
         let len = u64::from(u32::from_le_bytes(len));

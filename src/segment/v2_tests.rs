@@ -23,7 +23,7 @@ fn record(i: usize, body: Vec<u8>) -> BackupRecord {
         exchange: "ex".into(),
         routing_key: format!("rk.{i}"),
         delivery_tag: i as u64 + 1,
-        redelivered: i % 2 == 0,
+        redelivered: i.is_multiple_of(2),
         backed_up_at: 1_700_000_000_000 + i as i64,
         source_queue: "q".into(),
         source_vhost: "/".into(),
@@ -95,7 +95,11 @@ fn version_2_round_trip_in_every_compression() {
         assert_eq!(reader.header().record_count, recs.len() as u64);
         assert_eq!(decode_all(&path).unwrap(), recs, "{c:?}");
         // A borrowed decode gives the same.
-        let first = SegmentReader::open(&path).unwrap().records().next().unwrap();
+        let first = SegmentReader::open(&path)
+            .unwrap()
+            .records()
+            .next()
+            .unwrap();
         assert_eq!(first.unwrap().decode().unwrap(), recs[0]);
     }
 }
@@ -155,7 +159,11 @@ fn damaged_version_2_payloads_are_errors_not_panics() {
         decode_all(&p).unwrap_err(),
         Error::Serialization("Truncated record 1: its body's length prefix is missing".into())
     );
-    let p = write(&dir, "halfprefix", &forge(header, &payload[..4 + meta_len + 2]));
+    let p = write(
+        &dir,
+        "halfprefix",
+        &forge(header, &payload[..4 + meta_len + 2]),
+    );
     assert_eq!(
         decode_all(&p).unwrap_err(),
         Error::Serialization("Truncated body length prefix of record 1".into())

@@ -11,8 +11,8 @@
 use std::io::{self, Write};
 use std::sync::Mutex;
 
-use zstd::zstd_safe::{self, CCtx, CParameter, InBuffer, OutBuffer, ResetDirective};
 use zstd::zstd_safe::zstd_sys::ZSTD_EndDirective;
+use zstd::zstd_safe::{self, CCtx, CParameter, InBuffer, OutBuffer, ResetDirective};
 
 /// Contexts kept for reuse at most: one per segment being written at once is the common
 /// case (`backup.max_concurrent_queues`, default 4).
@@ -30,8 +30,9 @@ fn take(level: i32, workers: u32, job_size: u32) -> io::Result<CCtx<'static>> {
     let pooled = POOL.lock().ok().and_then(|mut pool| pool.pop());
     let mut cctx = match pooled {
         Some(c) => c,
-        None => CCtx::try_create()
-            .ok_or_else(|| io::Error::other("cannot allocate a zstd context"))?,
+        None => {
+            CCtx::try_create().ok_or_else(|| io::Error::other("cannot allocate a zstd context"))?
+        }
     };
     cctx.reset(ResetDirective::SessionAndParameters)
         .map_err(zstd_err)?;
@@ -83,11 +84,9 @@ impl<W: Write> ZstdSink<W> {
         let mut input = InBuffer::around(input);
         loop {
             self.out.clear();
-            let mut output = OutBuffer::around(&mut self.out);
             let left = cctx
-                .compress_stream2(&mut output, &mut input, op)
+                .compress_stream2(&mut OutBuffer::around(&mut self.out), &mut input, op)
                 .map_err(zstd_err)?;
-            drop(output);
             inner.write_all(&self.out)?;
             let taken = input.pos == input.src.len();
             let done = match op {
@@ -167,7 +166,11 @@ mod tests {
                 }
                 let frame = sink.finish().unwrap();
                 assert!(frame.len() < input.len());
-                assert_eq!(zstd::decode_all(&frame[..]).unwrap(), input, "{workers} {round}");
+                assert_eq!(
+                    zstd::decode_all(&frame[..]).unwrap(),
+                    input,
+                    "{workers} {round}"
+                );
             }
         }
         // A context dropped mid-frame is reset before its next frame.
@@ -176,6 +179,9 @@ mod tests {
         drop(sink);
         let mut sink = ZstdSink::new(Vec::new(), 1, 0, 1 << 20).unwrap();
         sink.write_all(b"abc").unwrap();
-        assert_eq!(zstd::decode_all(&sink.finish().unwrap()[..]).unwrap(), b"abc");
+        assert_eq!(
+            zstd::decode_all(&sink.finish().unwrap()[..]).unwrap(),
+            b"abc"
+        );
     }
 }
