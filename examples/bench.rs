@@ -12,7 +12,8 @@
 //!    (sequential 65,535 windows), then give them back by closing the channels and wait until
 //!    the queue is whole again. Two times are kept: to the last delivery, and to the queue
 //!    whole again (the same job as a backup's read, which must leave the queue as it found it);
-//! 3. `rmq-backup backup` of that queue to the filesystem (zstd-3);
+//! 3. `rmq-backup backup` of that queue to the filesystem (zstd-3; segment format version
+//!    `BENCH_SEGMENT_VERSION`, default 1);
 //! 4. raw publish with confirms (a sliding window of 1000, `RAW_CONFIRM_WINDOW`) of the same N messages into an empty queue, its
 //!    connections and confirm-mode channels opened before the clock;
 //! 5. `rmq-backup restore` of the backup into an empty queue (direct-to-queue, confirms);
@@ -67,6 +68,11 @@ fn main() {
     let a = Args::parse();
     let (bin, n, size, text, kind) = (a.bin.clone(), a.n, a.size, a.text, a.kind());
     let compression = std::env::var("BENCH_COMPRESSION").unwrap_or_else(|_| "zstd".into());
+    // Segment format version of the backups (`BENCH_SEGMENT_VERSION`, default 1).
+    let segment_version: u8 = std::env::var("BENCH_SEGMENT_VERSION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     // zstd level (`BENCH_LEVEL`, default 3).
     let level: i32 = std::env::var("BENCH_LEVEL")
         .ok()
@@ -143,7 +149,7 @@ fn main() {
         std::fs::write(
             &cfg,
             format!(
-                "mode: backup\nbackup_id: bench-{round}\nsource:\n  amqp_url: \"{AMQP}/{src}\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: {compression}\n  compression_level: {level}\n  include_definitions: false\n  max_concurrent_queues: {concurrency}\n",
+                "mode: backup\nbackup_id: bench-{round}\nsource:\n  amqp_url: \"{AMQP}/{src}\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: {compression}\n  compression_level: {level}\n  include_definitions: false\n  max_concurrent_queues: {concurrency}\n  segment_version: {segment_version}\n",
                 store.display()
             ),
         )
@@ -342,6 +348,7 @@ fn main() {
         "distinct_messages": msgs.distinct(),
         "compression": compression,
         "level": level,
+        "segment_version": segment_version,
         "raw_read_whole_msg_s": median(raw_wholes.clone()).round(),
         "backup_msg_s": median(backups.clone()).round(),
         "backup_ratio": median(backups.iter().zip(&raw_wholes).map(|(r, b)| r / b).collect()),

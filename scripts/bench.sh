@@ -24,7 +24,9 @@ if [[ "${1:-}" == matrix ]]; then
   # One command for the shapes of the performance issue: each line "messages body_bytes body
   # queue_type compression level queues max_concurrent_queues". Prints one table and writes
   # target/bench-matrix.json. BENCH_ROUNDS (default 3 here) rounds per shape; BENCH_SHAPES=<regex>
-  # keeps the matching lines only.
+  # keeps the matching lines only; BENCH_SEGMENT_VERSIONS="1 2" runs each shape once per segment
+  # format version (backup.segment_version), one after the other, each with its own raw
+  # references (column v).
   cargo build --release --quiet --bin rmq-backup --example bench
   export BENCH_ROUNDS="${BENCH_ROUNDS:-3}"
   out=target/bench-matrix.jsonl
@@ -33,11 +35,13 @@ if [[ "${1:-}" == matrix ]]; then
     [[ -z "$n" || "$n" == \#* ]] && continue
     line="$n $size $body $qtype $comp $level $queues $conc"
     [[ -n "${BENCH_SHAPES:-}" && ! "$line" =~ ${BENCH_SHAPES} ]] && continue
-    echo "== $n x $size B $body, $queues $qtype queue(s), max_concurrent_queues $conc, $comp-$level"
-    BENCH_QUEUE_TYPE="$qtype" BENCH_COMPRESSION="$comp" BENCH_LEVEL="$level" \
-      BENCH_QUEUES="$queues" BENCH_CONCURRENCY="$conc" \
-      target/release/examples/bench target/release/rmq-backup "$n" "$size" "$body" \
-      | tee -a /dev/stderr | sed -n 's/^BENCH_JSON //p' >> "$out"
+    for version in ${BENCH_SEGMENT_VERSIONS:-1}; do
+      echo "== $n x $size B $body, $queues $qtype queue(s), max_concurrent_queues $conc, $comp-$level, segment version $version"
+      BENCH_QUEUE_TYPE="$qtype" BENCH_COMPRESSION="$comp" BENCH_LEVEL="$level" \
+        BENCH_QUEUES="$queues" BENCH_CONCURRENCY="$conc" BENCH_SEGMENT_VERSION="$version" \
+        target/release/examples/bench target/release/rmq-backup "$n" "$size" "$body" \
+        | tee -a /dev/stderr | sed -n 's/^BENCH_JSON //p' >> "$out"
+    done
   done <<'SHAPES'
 100000 1024 text classic zstd 3 1 4
 100000 1024 random classic zstd 3 1 4
@@ -67,7 +71,7 @@ for r in rows:
     comp = r['compression'] + (f"-{r['level']}" if r['compression'] == 'zstd' else '')
     q = r.get('queues', 1)
     qs = f"{q} x {r['messages'] // q}" if q > 1 else f"{r['messages']}"
-    shape = f"{qs} x {r['body_bytes']} B {r['body']}, {r['queue_type']}, {comp}" + (f", mcq {r['max_concurrent_queues']}" if q > 1 else "")
+    shape = f"v{r.get('segment_version', 1)} {qs} x {r['body_bytes']} B {r['body']}, {r['queue_type']}, {comp}" + (f", mcq {r['max_concurrent_queues']}" if q > 1 else "")
     ceiling = r.get('compression_ceiling_msg_s')
     to_ceiling = r.get('backup_ratio_to_ceiling')
     print(f"{shape:<46} {r['raw_read_whole_msg_s']:>8.0f} {(f'{ceiling:.0f}' if ceiling else '-'):>8} {r['backup_msg_s']:>7.0f} {r['backup_ratio']:>8.2f} {(f'{to_ceiling:.2f}' if to_ceiling else '-'):>8} {r['backup_cpu_s_per_100k']:>7.2f} {r['backup_peak_rss_kib']/1024:>6.0f} "
@@ -77,6 +81,7 @@ print("zstd ceiling: zstd at the same level compressing the same records on ever
 print("backup/raw read to whole, backup/zstd ceiling, restore/raw pub confirms: rmq-backup's msg/s over that reference's (median of per-round ratios);")
 print("raw pub confirms: the raw client's publish with confirms (window 1000); raw references time only reading / publishing: messages built and")
 print("connections, channels, confirm mode and qos opened before the clock. CPU-s/100k: rmq-backup's user + system seconds per 100,000 messages.")
+print("v1/v2: the segment format version written (backup.segment_version; BENCH_SEGMENT_VERSIONS).")
 print("(written to target/bench-matrix.json)")
 PY
   exit 0

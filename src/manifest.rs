@@ -142,6 +142,19 @@ pub struct SegmentMetadata {
     /// `encryption.recipients` says who may read them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipients: Option<Vec<String>>,
+    /// The segment's format version (docs/segment-format.md) when it is not 1, as its header
+    /// says: `describe` shows it and a rerun compares it with `backup.segment_version`
+    /// without fetching the segment. Absent for version 1, so a version 1 backup's manifest
+    /// is what SPEC.md shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment_version: Option<u8>,
+}
+
+impl SegmentMetadata {
+    /// The segment's format version: `segment_version`, 1 when absent.
+    pub fn version(&self) -> u8 {
+        self.segment_version.unwrap_or(crate::segment::VERSION)
+    }
 }
 
 #[cfg(test)]
@@ -161,6 +174,7 @@ impl SegmentMetadata {
             checksum: String::new(),
             encryption: None,
             recipients: None,
+            segment_version: None,
         }
     }
 }
@@ -218,6 +232,7 @@ impl SegmentMetadata {
             checksum: seg.checksum.clone(),
             encryption: None,
             recipients: None,
+            segment_version: (seg.version != crate::segment::VERSION).then_some(seg.version),
         }
     }
 }
@@ -449,6 +464,7 @@ mod tests {
                     checksum: "ab".repeat(32),
                     encryption: None,
                     recipients: None,
+                    segment_version: None,
                 }],
                 message_count: 10,
                 first_message_timestamp: Some(1),
@@ -618,6 +634,7 @@ mod tests {
             size_bytes: 100,
             uncompressed_bytes: 300,
             checksum: "0".repeat(64),
+            version: 1,
         };
         let m = SegmentMetadata::from_finished("k".into(), 7, &fin);
         assert_eq!(m.key, "k");

@@ -241,7 +241,13 @@ fn encrypted_filesystem_backup_holds_nothing_in_clear_and_restores_with_the_iden
     );
     let reader = rmq_backup::segment::SegmentReader::open(&plain).expect("a RBAK file");
     assert_eq!(reader.header().record_count, first.record_count);
-    let records: Vec<Vec<u8>> = reader.records().map(|r| r.unwrap()).collect();
+    let records: Vec<Vec<u8>> = reader
+        .records()
+        .map(|r| match r.unwrap() {
+            rmq_backup::segment::RawRecord::Json(json) => json,
+            other => panic!("a version 1 record: {other:?}"),
+        })
+        .collect();
     assert_eq!(records.len() as u64, first.record_count);
     assert!(
         contains(&records[0], marker.as_bytes()),

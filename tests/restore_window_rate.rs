@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use rmq_backup::amqp::FieldTable;
 use rmq_backup::manifest::Manifest;
-use rmq_backup::record::decode_record;
 use rmq_backup::segment::SegmentReader;
 use std::time::{Duration, Instant};
 
@@ -37,7 +36,7 @@ fn a_time_window_that_cuts_through_a_segment_restores_exactly_the_records_inside
     let times: Vec<i64> = SegmentReader::open(&store.join(&segment[0].key))
         .unwrap()
         .records()
-        .map(|r| decode_record(&r.unwrap()).unwrap().backed_up_at)
+        .map(|r| r.unwrap().into_record().unwrap().backed_up_at)
         .collect();
     let (start, end) = (times[N / 4], times[3 * N / 4]);
     assert!(

@@ -1,6 +1,6 @@
 //! RBAK segment files: `SegmentReader::open` (magic, version, compression, size, end magic,
 //! CRC32) and every record of `records()` (plain, zstd and lz4 payloads), each parsed with
-//! `decode_record` as a restore does.
+//! `RawRecord::into_record` as a restore does (either segment version).
 //!
 //! The reader opens a path: each input is written to a file first (in `$TMPDIR`). An input that ends with
 //! the end magic `KABR` is the whole file; any other input is a header and payload, and the
@@ -14,7 +14,6 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::record::decode_record;
 use rmq_backup::segment::{SegmentReader, END_MAGIC};
 use rmq_backup::Error;
 use std::path::PathBuf;
@@ -60,7 +59,7 @@ fuzz_target!(|data: &[u8]| {
             Ok(json) => {
                 count += 1;
                 assert!(count <= announced, "more records than announced");
-                if let Err(e) = decode_record(&json) {
+                if let Err(e) = json.into_record() {
                     assert!(matches!(e, Error::Serialization(_)), "{e:?}");
                 }
             }

@@ -7,6 +7,9 @@
 //!   encrypted to other recipients than this run's (`backup.encryption` changed) are never
 //!   reused: their queue is read again ([`other_recipients`]).
 //! - Without it, every queue is read again.
+//! - A queue or stream whose stored segments would be kept but were written in another segment
+//!   format version than `backup.segment_version` is refused (`Configuration error`, naming
+//!   the version to set): a rerun does not mix versions within a queue ([`same_version`]).
 //!
 //! Either way a queue read again writes its segments with numbers after the highest segment of
 //! that queue already in storage ([`Earlier`], one listing at the start of the run), so no
@@ -98,6 +101,7 @@ pub(super) fn completed_earlier(
         );
         return Ok(None);
     }
+    same_version(ctx, q, state.segments.iter().map(|s| &s.metadata))?;
     if let Some(why) = other_recipients(ctx.encrypt, state.segments.iter().map(|s| &s.metadata)) {
         log::warn!(
             "queue {} in vhost {}: {why}; the queue is read again",
@@ -129,6 +133,32 @@ pub(super) fn completed_earlier(
         kind,
         state.segments.into_iter().map(|s| s.metadata).collect(),
     )))
+}
+
+/// Refuses to keep segments an earlier run stored in another segment format version than
+/// this run writes (`backup.segment_version`): a queue's segments, and a resumed stream's
+/// continuation, stay in one version. (Every reader reads both versions; the refusal keeps
+/// what a rerun stores to what its configuration says.) Queues read again from their head are
+/// not concerned: their new segments are all this run's.
+///
+/// Errors: `Error::Config` naming the queue, both versions and the ways out.
+fn same_version<'a>(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+    segments: impl IntoIterator<Item = &'a SegmentMetadata>,
+) -> Result<()> {
+    let want = ctx.opts.segment_version;
+    match segments.into_iter().find(|s| s.version() != want) {
+        None => Ok(()),
+        Some(s) => Err(Error::Config(format!(
+            "queue {} in vhost {}: the earlier run of this backup stored {} in segment format version {}, and this run writes version {want} (backup.segment_version); a rerun continues in the version the backup was started with: set backup.segment_version: {} to resume it, or back up under a new backup_id",
+            q.name,
+            q.vhost,
+            s.key,
+            s.version(),
+            s.version()
+        ))),
+    }
 }
 
 /// Why segments an earlier run stored encrypted cannot be reused by a run that encrypts to
@@ -288,6 +318,7 @@ pub(super) fn resume_stream(
     let Some(last) = kept.last() else {
         return Ok((Vec::new(), start_queue(ctx, q)?, 0));
     };
+    same_version(ctx, q, kept.iter().map(|s| &s.metadata))?;
     for s in &kept {
         verify_stored(ctx, &s.metadata)?;
     }
@@ -340,11 +371,11 @@ fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
             files: _files,
         } = fetched;
         let mut last = None;
-        for json in reader.records() {
-            last = Some(json?);
+        for raw in reader.records() {
+            last = Some(raw?);
         }
         match last {
-            Some(json) => crate::record::decode_record(&json),
+            Some(raw) => raw.into_record(),
             None => Err(Error::Serialization(format!("{}: no records", s.key))),
         }
     });

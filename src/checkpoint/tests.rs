@@ -28,6 +28,7 @@ fn seg(sequence: u64) -> SegmentMetadata {
         checksum: "ab".repeat(32),
         encryption: None,
         recipients: None,
+        segment_version: None,
     }
 }
 

@@ -57,6 +57,12 @@ pub struct BackupOptions {
     pub compression: CompressionKind,
     /// zstd level 1..=22, default 3; ignored for lz4 and none.
     pub compression_level: i32,
+    /// RBAK segment format version written (docs/segment-format.md): 1 (default, SPEC.md's
+    /// format, a record's body as a JSON array of numbers, which other tools read) or 2 (a
+    /// record's metadata as JSON, then its body as raw bytes; read by rmq-backup only). Every
+    /// reader of rmq-backup reads both.
+    #[schemars(range(min = 1, max = 2))]
+    pub segment_version: u8,
     /// AMQP QoS prefetch count (SPEC.md default 100; 0 = unlimited). `None` when the file does
     /// not set it. Not used by a one-shot backup of classic and quorum queues, which must hold
     /// a queue's whole depth unacknowledged: each consumer's prefetch is sized to what it must
@@ -128,6 +134,7 @@ impl Default for BackupOptions {
             segment_max_interval_ms: 60_000,
             compression: CompressionKind::Zstd,
             compression_level: 3,
+            segment_version: 1,
             prefetch_count: None,
             requeue_strategy: RequeueStrategy::Cancel,
             read_queues_with_delivery_limit: false,
@@ -156,6 +163,12 @@ pub(super) fn validate_backup_options(b: &BackupOptions) -> Result<()> {
         return Err(config_err(format!(
             "backup.compression_level must be between 1 and 22 for zstd, got {}",
             b.compression_level
+        )));
+    }
+    if !(1..=2).contains(&b.segment_version) {
+        return Err(config_err(format!(
+            "backup.segment_version must be 1 or 2, got {}",
+            b.segment_version
         )));
     }
     if b.max_concurrent_queues == 0 {

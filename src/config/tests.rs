@@ -201,6 +201,7 @@ fn full_example_parses_every_field() {
             segment_max_interval_ms: 1000,
             compression: CompressionKind::Lz4,
             compression_level: 9,
+            segment_version: 1,
             prefetch_count: Some(0),
             requeue_strategy: RequeueStrategy::Nack,
             read_queues_with_delivery_limit: false,

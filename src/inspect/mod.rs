@@ -198,6 +198,25 @@ pub fn list(storage: &dyn Storage) -> Result<BackupList> {
     })
 }
 
+/// The segment format versions of a backup's segments (docs/segment-format.md), as the
+/// manifest records them: `version 1`, `version 2`, or each version with its segment count
+/// when they differ (`version 1 (3 segments), version 2 (5 segments)`); `-` without segments.
+fn segment_versions(m: &crate::manifest::Manifest) -> String {
+    let mut counts = std::collections::BTreeMap::<u8, u64>::new();
+    for s in m.queues.iter().flat_map(|q| &q.segments) {
+        *counts.entry(s.version()).or_default() += 1;
+    }
+    match counts.len() {
+        0 => "-".into(),
+        1 => counts.keys().map(|v| format!("version {v}")).collect(),
+        _ => counts
+            .iter()
+            .map(|(v, n)| format!("version {v} ({n} segments)"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 /// `describe`: the manifest of one backup, queue by queue.
 pub fn describe(storage: &dyn Storage, backup_id: &str, format: Format) -> Result<String> {
     let m = read_manifest(storage, backup_id)?;
@@ -276,6 +295,7 @@ pub fn describe(storage: &dyn Storage, backup_id: &str, format: Format) -> Resul
             human_bytes(m.total_bytes)
         ),
     );
+    line(&mut out, "Segment format:", segment_versions(&m));
     out.push('\n');
     let rows: Vec<Vec<String>> = m
         .queues

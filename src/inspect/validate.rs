@@ -13,7 +13,6 @@ use crate::encryption::Identities;
 use crate::error::{Error, Result};
 use crate::fetch::{fetch_segment, FetchedSegment};
 use crate::manifest;
-use crate::record::decode_record;
 use crate::spool::SpoolDir;
 use crate::storage::Storage;
 use serde::Serialize;
@@ -445,7 +444,7 @@ fn check_segment_deep(
             gap: None,
         };
         for json in reader.records() {
-            let tag = decode_record(&json?)?.delivery_tag;
+            let tag = json?.into_record()?.delivery_tag;
             c.records += 1;
             c.tags = Some(match c.tags {
                 None => (tag, tag),

@@ -21,7 +21,7 @@ const BODY_FIRST: &[u8] = b"{\"body\":";
 /// Everything of a record after `body`, borrowed, serialised by serde_json exactly as the
 /// derived `Serialize` of [`BackupRecord`] would (same types, same order).
 #[derive(Serialize)]
-struct RecordTail<'a> {
+pub(super) struct RecordTail<'a> {
     properties: &'a BackupProperties,
     headers: &'a [(String, BackupHeaderValue)],
     exchange: &'a str,
@@ -33,6 +33,23 @@ struct RecordTail<'a> {
     source_vhost: &'a str,
 }
 
+impl<'a> RecordTail<'a> {
+    /// Every field of `rec` but the body, borrowed.
+    pub(super) fn of(rec: &'a BackupRecord) -> RecordTail<'a> {
+        RecordTail {
+            properties: &rec.properties,
+            headers: &rec.headers,
+            exchange: &rec.exchange,
+            routing_key: &rec.routing_key,
+            delivery_tag: rec.delivery_tag,
+            redelivered: rec.redelivered,
+            backed_up_at: rec.backed_up_at,
+            source_queue: &rec.source_queue,
+            source_vhost: &rec.source_vhost,
+        }
+    }
+}
+
 /// Appends the JSON of `rec` to `out` (the caller clears `out` if it wants only this record).
 ///
 /// The bytes are identical to `serde_json::to_vec(rec)` (compact, SPEC.md key order); the body
@@ -42,17 +59,7 @@ pub fn encode_record(rec: &BackupRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(BODY_FIRST);
     write_body(&rec.body, out);
     let mark = out.len();
-    let tail = RecordTail {
-        properties: &rec.properties,
-        headers: &rec.headers,
-        exchange: &rec.exchange,
-        routing_key: &rec.routing_key,
-        delivery_tag: rec.delivery_tag,
-        redelivered: rec.redelivered,
-        backed_up_at: rec.backed_up_at,
-        source_queue: &rec.source_queue,
-        source_vhost: &rec.source_vhost,
-    };
+    let tail = RecordTail::of(rec);
     // Writing to a Vec cannot fail and none of these types has a fallible Serialize, so this
     // error is unreachable; it is logged rather than unwrapped all the same.
     match serde_json::to_writer(&mut *out, &tail) {

@@ -34,11 +34,13 @@
 mod body;
 mod codec;
 mod json;
+mod meta;
 mod tail;
 #[cfg(test)]
 mod tests;
 
 pub use codec::{decode_record, encode_record};
+pub use meta::{decode_meta, encode_meta};
 
 use serde::{Deserialize, Serialize};
 

@@ -20,8 +20,24 @@ const MAX_DEPTH: u32 = 20;
 /// and nothing after the closing brace), into a record with an empty body. `None` when `s` is
 /// not in the compact form (see the module documentation).
 pub(super) fn parse_tail(s: &[u8]) -> Option<BackupRecord> {
-    let mut c = Cursor { s, i: 0 };
-    c.lit(b",\"properties\":{\"content_type\":")?;
+    parse_fields(s, b',')
+}
+
+/// Parses `s`, a version 2 record's metadata (`{"properties":{...},...,"source_vhost":"v"}`,
+/// [`super::encode_meta`]'s compact form), into a record with an empty body. `None` when `s`
+/// is not in that form.
+pub(super) fn parse_meta(s: &[u8]) -> Option<BackupRecord> {
+    parse_fields(s, b'{')
+}
+
+/// The fields after the body, the first key preceded by `lead` (`,` after a body, `{` at the
+/// start of an object without one).
+fn parse_fields(s: &[u8], lead: u8) -> Option<BackupRecord> {
+    if s.first() != Some(&lead) {
+        return None;
+    }
+    let mut c = Cursor { s, i: 1 };
+    c.lit(b"\"properties\":{\"content_type\":")?;
     let content_type = c.opt(Cursor::string)?;
     c.lit(b",\"content_encoding\":")?;
     let content_encoding = c.opt(Cursor::string)?;

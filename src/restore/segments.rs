@@ -7,8 +7,8 @@ use crate::encryption::Identities;
 use crate::error::{Error, Result};
 use crate::fetch::{fetch_segment, FetchedSegment};
 use crate::manifest::{QueueBackup, SegmentMetadata};
-use crate::record::{decode_record, BackupRecord};
-use crate::segment::SegmentReader;
+use crate::record::BackupRecord;
+use crate::segment::{RawRecord, SegmentReader};
 use crate::spool::unique_file;
 use crate::storage::Storage;
 use std::path::Path;
@@ -35,8 +35,8 @@ pub(super) fn in_window(backed_up_at: i64, opts: &RestoreOptions) -> bool {
         && opts.time_window_end.is_none_or(|e| backed_up_at <= e)
 }
 
-/// Raw record JSON per chunk handed to a decode worker, bytes.
-const CHUNK_JSON_BYTES: usize = 1 << 20;
+/// Raw record bytes (JSON, or metadata and body) per chunk handed to a decode worker.
+const CHUNK_RAW_BYTES: usize = 1 << 20;
 
 /// Chunks decoded at once for each of `queues` queues restored at once: the cores
 /// (`available_parallelism`) shared among them, at least 1 and at most 4 each (1: the queue's
@@ -102,28 +102,29 @@ pub(crate) fn decode_segments<T: Decoded>(
     workers: usize,
     keys: Option<&Identities>,
 ) -> Result<()> {
-    fn decode<T: Decoded>(raw: &[Vec<u8>]) -> Result<Vec<T>> {
-        raw.iter()
-            .map(|json| decode_record(json).map(T::from_record))
+    fn decode<T: Decoded>(raw: Vec<RawRecord>) -> Result<Vec<T>> {
+        raw.into_iter()
+            .map(|r| r.into_record().map(T::from_record))
             .collect()
     }
     let (todo, skip) = segments_to_read(&backup.segments, opts, skip);
-    let read = |chunk_records, readers, hand_over: &mut dyn FnMut(Vec<Vec<u8>>) -> Result<bool>| {
-        read_segments(
-            storage,
-            spool,
-            backup,
-            &todo,
-            chunk_records,
-            readers,
-            keys,
-            hand_over,
-        )
-    };
+    let read =
+        |chunk_records, readers, hand_over: &mut dyn FnMut(Vec<RawRecord>) -> Result<bool>| {
+            read_segments(
+                storage,
+                spool,
+                backup,
+                &todo,
+                chunk_records,
+                readers,
+                keys,
+                hand_over,
+            )
+        };
     if workers <= 1 {
         let mut forward = Forward::new(tx, outside_window, opts, skip);
         // One record at a time: nothing held twice (raw and decoded) per queue.
-        read(1, 1, &mut |raw| Ok(forward.push(decode(&raw)?)))?;
+        read(1, 1, &mut |raw| Ok(forward.push(decode(raw)?)))?;
         forward.finish();
         return Ok(());
     }
@@ -149,7 +150,7 @@ pub(crate) fn decode_segments<T: Decoded>(
                 return Ok(false);
             }
             rayon::spawn(move || {
-                let _ = done_tx.send(decode(&raw));
+                let _ = done_tx.send(decode(raw));
             });
             Ok(true)
         });
@@ -192,7 +193,7 @@ pub(super) fn segments_to_read<'a>(
 /// What a segment reader hands over: a chunk of raw records, or the end of a segment (an
 /// error ends the segment and the reader).
 enum Piece {
-    Chunk(Vec<Vec<u8>>),
+    Chunk(Vec<RawRecord>),
     End(Result<()>),
 }
 
@@ -211,7 +212,7 @@ fn read_segments(
     chunk_records: usize,
     readers: usize,
     keys: Option<&Identities>,
-    hand_over: &mut dyn FnMut(Vec<Vec<u8>>) -> Result<bool>,
+    hand_over: &mut dyn FnMut(Vec<RawRecord>) -> Result<bool>,
 ) -> Result<()> {
     let readers = readers.clamp(1, todo.len().max(1));
     if readers == 1 {
@@ -276,14 +277,14 @@ fn read_segments(
 }
 
 /// Fetches, verifies and decompresses one segment, handing chunks of at most `chunk_records`
-/// raw records (and [`CHUNK_JSON_BYTES`]) to `send`. Ok(false) when `send` said false.
+/// raw records (and [`CHUNK_RAW_BYTES`]) to `send`. Ok(false) when `send` said false.
 fn read_segment(
     storage: &dyn Storage,
     spool: &Path,
     segment: &SegmentMetadata,
     chunk_records: usize,
     keys: Option<&Identities>,
-    send: &mut dyn FnMut(Vec<Vec<u8>>) -> Result<bool>,
+    send: &mut dyn FnMut(Vec<RawRecord>) -> Result<bool>,
 ) -> Result<bool> {
     let path = unique_file(spool, &segment.key);
     // `_files`: the spool files, removed when this segment is done.
@@ -307,11 +308,11 @@ fn read_segment(
     );
     let mut chunk = Vec::new();
     let mut chunk_bytes = 0usize;
-    for json in reader.records() {
-        let json = json?;
-        chunk_bytes += json.len();
-        chunk.push(json);
-        if chunk.len() >= chunk_records || chunk_bytes >= CHUNK_JSON_BYTES {
+    for raw in reader.records() {
+        let raw = raw?;
+        chunk_bytes += raw.len();
+        chunk.push(raw);
+        if chunk.len() >= chunk_records || chunk_bytes >= CHUNK_RAW_BYTES {
             chunk_bytes = 0;
             if !send(std::mem::take(&mut chunk))? {
                 return Ok(false);

@@ -4,23 +4,30 @@
 //! Layout (little-endian):
 //!
 //! ```text
-//! 0  "RBAK" | 4 version=1 | 5 compression (0 none, 1 zstd, 2 lz4) | 6 reserved 0x0000
+//! 0  "RBAK" | 4 version (1 or 2) | 5 compression (0 none, 1 zstd, 2 lz4) | 6 reserved 0x0000
 //! 8  record count u64 | 16 first backed_up_at i64 | 24 last backed_up_at i64     (32 bytes)
 //! 32 payload: one zstd frame, one lz4 frame, or raw bytes, holding for each record
-//!    u32 length + that many bytes of BackupRecord JSON
+//!    version 1: u32 length + that many bytes of BackupRecord JSON
+//!    version 2: u32 length + metadata JSON (every field but the body), u32 length + body bytes
 //! N-8 CRC32 of bytes 0..N-8 | N-4 "KABR"
 //! ```
+//!
+//! docs/segment-format.md describes both versions byte by byte. Every reader here reads both;
+//! the writer writes version 1 unless told otherwise ([`SegmentWriter::with_version`]).
 //!
 //! Memory stays flat whatever the segment size: the writer streams through the compressor into
 //! the spool file and the reader decompresses as it iterates. Format violations are
 //! `Error::Serialization` with SPEC.md's messages, decompression failures `Error::Compression`,
 //! and local file failures `Error::Io`.
 
+mod raw;
 mod reader;
 #[cfg(test)]
 mod tests;
 mod writer;
+mod zstd_sink;
 
+pub use raw::RawRecord;
 pub use reader::{Records, SegmentReader, MAX_RECORD_BYTES};
 pub use writer::{zstd_workers, FinishedSegment, SegmentWriter, LARGE_BODY_BYTES};
 
@@ -36,8 +43,12 @@ use crate::error::{Error, Result};
 pub const MAGIC: &[u8; 4] = b"RBAK";
 /// End magic, the last 4 bytes.
 pub const END_MAGIC: &[u8; 4] = b"KABR";
-/// The segment format version this tool writes and reads.
+/// Segment format version 1 (SPEC.md "Segment file"): what this tool writes by default, and
+/// what other readers of the format read.
 pub const VERSION: u8 = 1;
+/// Segment format version 2 (docs/segment-format.md): each record's metadata as JSON, then
+/// its body as raw bytes (`backup.segment_version: 2`).
+pub const VERSION_2: u8 = 2;
 /// Header size in bytes.
 pub const HEADER_LEN: u64 = 32;
 /// Footer size in bytes (CRC32 + end magic).
@@ -125,7 +136,7 @@ impl Compression {
 /// The decoded 32-byte header of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
-    /// Format version (always [`VERSION`] once a reader accepted the file).
+    /// Format version ([`VERSION`] or [`VERSION_2`] once a reader accepted the file).
     pub version: u8,
     /// Payload compression.
     pub compression: Compression,

@@ -7,14 +7,15 @@ use std::io::{BufReader, Read, Seek, SeekFrom, Take};
 use std::path::{Path, PathBuf};
 
 use super::{
-    io_err, ser, Compression, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN, IO_BUF, MAGIC,
-    VERSION,
+    io_err, ser, Compression, RawRecord, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN, IO_BUF,
+    MAGIC, VERSION, VERSION_2,
 };
 use crate::error::{Error, Result};
 
-/// The largest record a reader accepts by default: 2 GiB + 64 MiB of JSON. RabbitMQ refuses
-/// messages over 512 MiB (`max_message_size` cannot be set higher), and a body is written as a
-/// JSON number array of at most 4 bytes per body byte (`255,`), plus properties and headers.
+/// The largest record a reader accepts by default: 2 GiB + 64 MiB of JSON (version 2: of
+/// metadata, and of body, each). RabbitMQ refuses messages over 512 MiB (`max_message_size`
+/// cannot be set higher), and a body is written as a JSON number array of at most 4 bytes per
+/// body byte (`255,`), plus properties and headers.
 /// Larger announced lengths are refused before anything is allocated or decompressed for them,
 /// so a small compressed payload cannot make a reader inflate more than this per record
 /// (`SegmentReader::max_record_bytes` lowers it, as the fuzz target does).
@@ -52,7 +53,7 @@ impl SegmentReader {
         if got < 4 || &h[0..4] != MAGIC {
             return Err(ser("Invalid segment magic bytes"));
         }
-        if got >= 5 && h[4] != VERSION {
+        if got >= 5 && h[4] != VERSION && h[4] != VERSION_2 {
             return Err(ser(format!("Unsupported segment version: {}", h[4])));
         }
         let compression = if got >= 6 {
@@ -115,10 +116,10 @@ impl SegmentReader {
         self.payload_len
     }
 
-    /// Iterates the records (raw JSON each), decompressing as it goes. After the last record it
-    /// checks the count against the header (`Expected {n} records but found {m}`; surplus records
-    /// are not handed out) and that the payload ends cleanly (a truncated record or frame is an
-    /// error). After an error the iterator ends.
+    /// Iterates the records (each a [`RawRecord`] of the header's version), decompressing as it
+    /// goes. After the last record it checks the count against the header (`Expected {n}
+    /// records but found {m}`; surplus records are not handed out) and that the payload ends
+    /// cleanly (a truncated record or frame is an error). After an error the iterator ends.
     pub fn records(self) -> Records {
         let SegmentReader {
             path,
@@ -215,7 +216,8 @@ impl Read for Source {
     }
 }
 
-/// Iterator over the records of a verified segment: raw JSON of each BackupRecord.
+/// Iterator over the records of a verified segment, each a [`RawRecord`] (version 1: the JSON
+/// of a BackupRecord; version 2: its metadata JSON and body).
 pub struct Records {
     path: PathBuf,
     header: SegmentHeader,
@@ -249,7 +251,25 @@ impl Records {
     }
 
     /// Reads the next record; `Ok(None)` at a clean end of the payload.
-    fn read_record(&mut self) -> Result<Option<Vec<u8>>> {
+    fn read_record(&mut self) -> Result<Option<RawRecord>> {
+        let Some(first) = self.read_frame(true)? else {
+            return Ok(None);
+        };
+        if self.header.version == VERSION {
+            return Ok(Some(RawRecord::Json(first)));
+        }
+        match self.read_frame(false)? {
+            Some(body) => Ok(Some(RawRecord::Parts { meta: first, body })),
+            None => Err(ser(format!(
+                "Truncated record {}: its body's length prefix is missing",
+                self.count + 1
+            ))),
+        }
+    }
+
+    /// Reads one length-prefixed frame (a u32 little-endian length, then that many bytes);
+    /// `Ok(None)` at the end of the payload. `first`: the frame starts a record.
+    fn read_frame(&mut self, first: bool) -> Result<Option<Vec<u8>>> {
         let Some(reader) = self.reader.as_mut() else {
             return Ok(None);
         };
@@ -262,10 +282,11 @@ impl Records {
             return Ok(None);
         }
         if got < 4 {
-            return Err(ser(format!(
-                "Truncated record length prefix after record {}",
-                self.count
-            )));
+            return Err(ser(if first {
+                format!("Truncated record length prefix after record {}", self.count)
+            } else {
+                format!("Truncated body length prefix of record {}", self.count + 1)
+            }));
         }
         let len = u64::from(u32::from_le_bytes(len));
         if len > self.max_record {
@@ -276,18 +297,18 @@ impl Records {
             )));
         }
         // Grow as data arrives rather than trusting the length for the allocation.
-        let mut json = Vec::with_capacity(len.min(16 << 20) as usize);
-        if let Err(e) = reader.take(len).read_to_end(&mut json) {
+        let mut bytes = Vec::with_capacity(len.min(16 << 20) as usize);
+        if let Err(e) = reader.take(len).read_to_end(&mut bytes) {
             return Err(self.read_error(e));
         }
-        if (json.len() as u64) < len {
+        if (bytes.len() as u64) < len {
             return Err(ser(format!(
                 "Truncated record {}: expected {len} bytes, got {}",
                 self.count + 1,
-                json.len()
+                bytes.len()
             )));
         }
-        Ok(Some(json))
+        Ok(Some(bytes))
     }
 
     /// Checks that the compressed stream ended properly and nothing follows it.
@@ -322,9 +343,9 @@ impl Records {
 }
 
 impl Iterator for Records {
-    type Item = Result<Vec<u8>>;
+    type Item = Result<RawRecord>;
 
-    fn next(&mut self) -> Option<Result<Vec<u8>>> {
+    fn next(&mut self) -> Option<Result<RawRecord>> {
         if self.done {
             return None;
         }
@@ -333,10 +354,10 @@ impl Iterator for Records {
             return Some(Err(e));
         }
         match self.read_record() {
-            Ok(Some(json)) => {
+            Ok(Some(record)) => {
                 if self.count < self.header.record_count {
                     self.count += 1;
-                    return Some(Ok(json));
+                    return Some(Ok(record));
                 }
                 // More records than the header says: count them for the message.
                 self.done = true;

@@ -7,9 +7,10 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use super::zstd_sink::ZstdSink;
 use super::{
     hex_lower, io_err, sha256_file, Compression, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN,
-    VERSION,
+    VERSION, VERSION_2,
 };
 use crate::error::{Error, Result};
 
@@ -33,6 +34,8 @@ pub struct FinishedSegment {
     pub uncompressed_bytes: u64,
     /// Lowercase SHA-256 hex of the whole file (SPEC.md SegmentMetadata `checksum`).
     pub checksum: String,
+    /// The segment format version written (header byte 4).
+    pub version: u8,
 }
 
 /// Where a segment's bytes go while it is built: memory until they would pass `spill_at`
@@ -107,7 +110,7 @@ impl Write for CrcWriter {
 
 enum Sink {
     Plain(CrcWriter),
-    Zstd(zstd::stream::write::Encoder<'static, CrcWriter>),
+    Zstd(ZstdSink<CrcWriter>),
     Lz4(lz4::Encoder<CrcWriter>),
 }
 
@@ -245,6 +248,8 @@ pub struct SegmentWriter {
     finished: bool,
     /// zstd workers taken from the process's budget (`worker_budget`), given back on drop.
     workers: u32,
+    /// The format version written ([`VERSION`] or [`VERSION_2`]).
+    version: u8,
 }
 
 impl Drop for SegmentWriter {
@@ -327,24 +332,19 @@ impl SegmentWriter {
         let sink = match compression {
             Compression::None => Sink::Plain(crc),
             Compression::Zstd => {
-                let fail = |e: std::io::Error| {
-                    Error::Compression(format!("Failed to start zstd level {level}: {e}"))
-                };
-                let mut encoder = zstd::stream::write::Encoder::new(crc, level).map_err(fail)?;
                 let taken = worker_budget::claim(workers);
-                let started = if taken > 0 {
-                    encoder.multithread(taken).and_then(|()| {
-                        encoder.set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB_SIZE))
-                    })
-                } else {
-                    Ok(())
-                };
-                if let Err(e) = started {
-                    worker_budget::release(taken);
-                    return Err(fail(e));
+                match ZstdSink::new(crc, level, taken, ZSTD_JOB_SIZE) {
+                    Ok(sink) => {
+                        claimed = taken;
+                        Sink::Zstd(sink)
+                    }
+                    Err(e) => {
+                        worker_budget::release(taken);
+                        return Err(Error::Compression(format!(
+                            "Failed to start zstd level {level}: {e}"
+                        )));
+                    }
                 }
-                claimed = taken;
-                Sink::Zstd(encoder)
             }
             Compression::Lz4 => Sink::Lz4(
                 lz4::EncoderBuilder::new()
@@ -362,28 +362,84 @@ impl SegmentWriter {
             uncompressed_bytes: 0,
             finished: false,
             workers: claimed,
+            version: VERSION,
         })
     }
 
+    /// Writes segment format `version` ([`VERSION`], the default, or [`VERSION_2`];
+    /// docs/segment-format.md) instead; set before the first record.
+    ///
+    /// Errors: `Error::Serialization` for another version, or once a record was appended.
+    pub fn with_version(mut self, version: u8) -> Result<SegmentWriter> {
+        if version != VERSION && version != VERSION_2 {
+            return Err(Error::Serialization(format!(
+                "Unsupported segment version: {version}"
+            )));
+        }
+        if self.record_count > 0 {
+            return Err(Error::Serialization(
+                "The segment version is chosen before the first record".into(),
+            ));
+        }
+        self.version = version;
+        Ok(self)
+    }
+
+    /// The format version this writer writes.
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+
     /// Appends one record: its JSON (one BackupRecord) and its backed_up_at (epoch ms), which
-    /// becomes the header's first/last timestamp.
+    /// becomes the header's first/last timestamp. The record is written in version 1 (`with_version` not called, or given [`VERSION`]).
     ///
     /// Errors: `Error::Serialization` when the JSON is 4 GiB or larger (the length prefix is a
-    /// u32), `Error::Io` when writing fails.
+    /// u32) or the writer writes version 2, `Error::Io` when writing fails.
     pub fn append(&mut self, record_json: &[u8], backed_up_at: i64) -> Result<()> {
-        let len = u32::try_from(record_json.len()).map_err(|_| {
-            Error::Serialization(format!(
-                "Record of {} bytes exceeds the 4 GiB record limit",
-                record_json.len()
-            ))
-        })?;
+        if self.version != VERSION {
+            return Err(Error::Serialization(format!(
+                "A version {} segment takes records as metadata and body, not JSON",
+                self.version
+            )));
+        }
+        self.append_frames(&[record_json], backed_up_at)
+    }
+
+    /// Appends one record in version 2 ([`SegmentWriter::with_version`]): its metadata JSON
+    /// (`crate::record::encode_meta`) and its body as raw bytes, each after its u32
+    /// little-endian length, and its backed_up_at (epoch ms) for the header.
+    ///
+    /// Errors: `Error::Serialization` when either part is 4 GiB or larger or the writer writes
+    /// version 1, `Error::Io` when writing fails.
+    pub fn append_parts(&mut self, meta: &[u8], body: &[u8], backed_up_at: i64) -> Result<()> {
+        if self.version != VERSION_2 {
+            return Err(Error::Serialization(format!(
+                "A version {} segment takes records as JSON, not metadata and body",
+                self.version
+            )));
+        }
+        self.append_frames(&[meta, body], backed_up_at)
+    }
+
+    /// Writes one record as `frames`, each a u32 little-endian length and its bytes.
+    fn append_frames(&mut self, frames: &[&[u8]], backed_up_at: i64) -> Result<()> {
+        let mut lens = [0u32; 2];
+        for (len, frame) in lens.iter_mut().zip(frames) {
+            *len = u32::try_from(frame.len()).map_err(|_| {
+                Error::Serialization(format!(
+                    "Record of {} bytes exceeds the 4 GiB record limit",
+                    frame.len()
+                ))
+            })?;
+        }
         let sink = self
             .sink
             .as_mut()
             .ok_or_else(|| Error::Io("Segment writer already failed".into()))?;
-        let res = sink
-            .write_all(&len.to_le_bytes())
-            .and_then(|()| sink.write_all(record_json));
+        let res = frames.iter().zip(lens).try_for_each(|(frame, len)| {
+            sink.write_all(&len.to_le_bytes())
+                .and_then(|()| sink.write_all(frame))
+        });
         if let Err(e) = res {
             // The frame is now in an unknown state: refuse further use.
             self.sink = None;
@@ -392,7 +448,7 @@ impl SegmentWriter {
         self.record_count += 1;
         self.first_timestamp.get_or_insert(backed_up_at);
         self.last_timestamp = Some(backed_up_at);
-        self.uncompressed_bytes += 4 + u64::from(len);
+        self.uncompressed_bytes += frames.iter().map(|f| 4 + f.len() as u64).sum::<u64>();
         Ok(())
     }
 
@@ -449,7 +505,7 @@ impl SegmentWriter {
             bytes: payload_len,
         } = crcw;
         let header = SegmentHeader {
-            version: VERSION,
+            version: self.version,
             compression: self.compression,
             record_count: self.record_count,
             first_timestamp: self.first_timestamp.unwrap_or(0),
@@ -492,6 +548,7 @@ impl SegmentWriter {
             size_bytes,
             uncompressed_bytes: self.uncompressed_bytes,
             checksum,
+            version: self.version,
         })
     }
 

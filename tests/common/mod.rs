@@ -873,7 +873,6 @@ pub fn script_output_path(name: &str) -> String {
 /// The messages a backup holds for `queue` (first match by name), decoded from its segments
 /// in order, as a restore would publish them.
 pub fn backed_up(store: &Path, backup_id: &str, queue: &str) -> Vec<Delivery> {
-    use rmq_backup::record::decode_record;
     use rmq_backup::segment::SegmentReader;
     let m = manifest(store, backup_id);
     let q = m
@@ -885,7 +884,7 @@ pub fn backed_up(store: &Path, backup_id: &str, queue: &str) -> Vec<Delivery> {
     for s in &q.segments {
         let reader = SegmentReader::open(&store.join(&s.key)).expect("segment");
         for json in reader.records() {
-            let record = decode_record(&json.expect("record")).expect("decode");
+            let record = json.expect("record").into_record().expect("decode");
             let (delivery_tag, redelivered) = (record.delivery_tag, record.redelivered);
             let (exchange, routing_key) = (record.exchange.clone(), record.routing_key.clone());
             let (properties, body) = record.into_amqp();
