@@ -41,7 +41,7 @@
 mod bench_common;
 
 use bench_common::*;
-use rmq_backup::management::ManagementClient;
+use rmq_backup::broker::management::ManagementClient;
 use std::time::Duration;
 
 /// Bytes of the files under `dir`, recursively.

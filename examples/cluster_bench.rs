@@ -20,8 +20,8 @@
 mod bench_common;
 
 use bench_common::*;
-use rmq_backup::amqp::{AmqpUrl, ConnectOptions, Connection, FieldTable};
-use rmq_backup::management::ManagementClient;
+use rmq_backup::broker::amqp::{AmqpUrl, ConnectOptions, Connection, FieldTable};
+use rmq_backup::broker::management::ManagementClient;
 use std::time::{Duration, Instant};
 
 const VHOST: &str = "rmqb-bench-cluster";

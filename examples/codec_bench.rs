@@ -3,7 +3,7 @@
 //!
 //! Run with `cargo run --release --example codec_bench`.
 
-use rmq_backup::record::{
+use rmq_backup::repository::record::{
     decode_record, encode_record, BackupHeaderValue, BackupProperties, BackupRecord,
 };
 use std::hint::black_box;

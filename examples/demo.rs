@@ -7,10 +7,10 @@
 //! ```
 //! URLs carry guest/guest by default: `amqp://guest:guest@127.0.0.1:5672`, `http://127.0.0.1:15672`.
 
-use rmq_backup::amqp::{
+use rmq_backup::broker::amqp::{
     AmqpUrl, BasicProperties, ConnectOptions, Connection, Delivery, FieldTable, FieldValue,
 };
-use rmq_backup::management::ManagementClient;
+use rmq_backup::broker::management::ManagementClient;
 use std::process::ExitCode;
 use std::time::Duration;
 

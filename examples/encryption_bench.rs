@@ -12,7 +12,7 @@ mod bench_common;
 use bench_common::{
     connect, fresh_vhost, median, publish, rate, run_tool_measured, Args, Messages, ToolRun, MGMT,
 };
-use rmq_backup::management::ManagementClient;
+use rmq_backup::broker::management::ManagementClient;
 
 const VHOST: &str = "rmqb-enc-bench";
 
@@ -40,7 +40,7 @@ fn main() {
 
     let work = std::env::temp_dir().join(format!("rmqb-enc-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).expect("work dir");
-    let (secret, public) = rmq_backup::encryption::generate();
+    let (secret, public) = rmq_backup::repository::encryption::generate();
     let identity = work.join("identity.txt");
     std::fs::write(&identity, format!("{secret}\n")).expect("identity");
     let mut results: Vec<(&str, Vec<ToolRun>, Vec<ToolRun>, u64)> = vec![
@@ -78,7 +78,7 @@ fn main() {
                 &[],
             ));
             let manifest = std::fs::read(work.join(&id).join("manifest.json")).expect("manifest");
-            *stored = rmq_backup::manifest::Manifest::from_json(&manifest)
+            *stored = rmq_backup::repository::manifest::Manifest::from_json(&manifest)
                 .expect("manifest")
                 .total_bytes;
             restores.push(run_tool_measured(

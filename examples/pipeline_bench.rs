@@ -20,8 +20,8 @@
 mod bench_common;
 
 use bench_common::*;
-use rmq_backup::record::{encode_meta, encode_record, BackupRecord};
-use rmq_backup::segment::{Compression, SegmentWriter, VERSION_2};
+use rmq_backup::repository::record::{encode_meta, encode_record, BackupRecord};
+use rmq_backup::repository::segment::{Compression, SegmentWriter, VERSION_2};
 use std::time::Instant;
 
 fn records(n: usize, size: usize, text: bool) -> Vec<BackupRecord> {

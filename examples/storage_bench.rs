@@ -13,7 +13,7 @@
 mod bench_common;
 
 use bench_common::*;
-use rmq_backup::management::ManagementClient;
+use rmq_backup::broker::management::ManagementClient;
 use std::time::Duration;
 
 const ROUNDS: usize = 3;
@@ -50,9 +50,9 @@ fn create_buckets(name: &str) {
         sas_token_file: None,
         object_lock: None,
     };
-    let opts = rmq_backup::storage::azure::AzureOptions::from_config(&cfg, &|_| None)
+    let opts = rmq_backup::repository::storage::azure::AzureOptions::from_config(&cfg, &|_| None)
         .expect("azure options");
-    rmq_backup::storage::azure::AzureBlobStorage::new(opts)
+    rmq_backup::repository::storage::azure::AzureBlobStorage::new(opts)
         .and_then(|s| s.create_container())
         .expect("Azure container");
     ureq::post(&format!("{GCS_ENDPOINT}/storage/v1/b?project=bench"))

@@ -11,15 +11,15 @@
 mod bench_common;
 
 use bench_common::*;
-use rmq_backup::management::ManagementClient;
-use rmq_backup::stream::chunk::parse_chunk;
-use rmq_backup::stream::{OffsetSpec, StreamConnection, StreamOptions};
+use rmq_backup::broker::management::ManagementClient;
+use rmq_backup::broker::stream::chunk::parse_chunk;
+use rmq_backup::broker::stream::{OffsetSpec, StreamConnection, StreamOptions};
 use std::time::{Duration, Instant};
 
 /// The raw stream read: the connection is opened before the clock; the timed part subscribes,
 /// reads and checks every chunk until `n` messages were counted.
 fn raw_stream_read(vhost: &str, stream: &str, n: usize) -> Duration {
-    let url = rmq_backup::amqp::AmqpUrl::parse(&format!("{AMQP}/{vhost}")).expect("url");
+    let url = rmq_backup::broker::amqp::AmqpUrl::parse(&format!("{AMQP}/{vhost}")).expect("url");
     let conn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, 5552))
         .expect("stream connection");
     let started = Instant::now();
@@ -55,7 +55,7 @@ fn main() {
     let ch = conn.open_channel().expect("channel");
     let args = vec![(
         "x-queue-type".to_string(),
-        rmq_backup::amqp::FieldValue::LongString(b"stream".to_vec()),
+        rmq_backup::broker::amqp::FieldValue::LongString(b"stream".to_vec()),
     )];
     ch.queue_declare("bench", true, false, false, &args)
         .expect("declare");

@@ -11,10 +11,10 @@ mod bench_common;
 use bench_common::{
     fresh_vhost, median, publish, rate, raw_read, run_tool_measured, Args, Messages, ToolRun,
 };
-use rmq_backup::amqp::{AmqpUrl, ConnectOptions, Connection};
+use rmq_backup::broker::amqp::{AmqpUrl, ConnectOptions, Connection};
 use rmq_backup::config::TlsConfig;
-use rmq_backup::management::ManagementClient;
-use rmq_backup::tls::TlsClient;
+use rmq_backup::broker::management::ManagementClient;
+use rmq_backup::broker::tls::TlsClient;
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@ use crate::config::{Config, Mode};
 use crate::error::{Error, Result};
 use crate::inspect::{self, Format};
 use crate::metrics::server::MetricsServer;
-use crate::storage::{self, Storage};
+use crate::repository::storage::{self, Storage};
 use crate::{backup, restore};
 use argh::FromArgs;
 use std::path::PathBuf;
@@ -236,7 +236,7 @@ pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().collect();
     let program = args.first().cloned().unwrap_or_else(|| "rmq-backup".into());
     let (verbosity, mut rest) = preprocess(args.get(1..).unwrap_or_default());
-    let log_format = match crate::logging::take_log_format(&mut rest) {
+    let log_format = match crate::run::logging::take_log_format(&mut rest) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("Configuration error: {e}");
@@ -269,7 +269,7 @@ pub fn main() -> i32 {
             };
         }
     };
-    crate::logging::init(verbosity + u8::from(cli.verbose), log_format);
+    crate::run::logging::init(verbosity + u8::from(cli.verbose), log_format);
     exit_code(run(cli.command))
 }
 
@@ -281,8 +281,8 @@ fn exit_code(result: Result<i32>) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            crate::logging::report_error(&e);
-            crate::signals::requested().map_or(e.exit_code(), crate::signals::exit_code)
+            crate::run::logging::report_error(&e);
+            crate::run::signals::requested().map_or(e.exit_code(), crate::run::signals::exit_code)
         }
     }
 }
@@ -304,7 +304,7 @@ fn run(command: Command) -> Result<i32> {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
-            crate::logging::set_backup_id(&cfg.backup_id);
+            crate::run::logging::set_backup_id(&cfg.backup_id);
             if cmd.dry_run {
                 let plan = backup::dry_run::plan(&cfg)?;
                 print!("{}", plan.render(cmd.format == Format::Json)?);
@@ -312,7 +312,7 @@ fn run(command: Command) -> Result<i32> {
             }
             Ok(job(&cfg, started, || {
                 let _metrics = start_metrics(&cfg)?;
-                crate::signals::install()?;
+                crate::run::signals::install()?;
                 let storage = storage::open_config(&cfg.storage)?;
                 let s = backup::run(&cfg, storage.clone())?;
                 print_backup(&s);
@@ -332,10 +332,10 @@ fn run(command: Command) -> Result<i32> {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
-            crate::logging::set_backup_id(&cfg.backup_id);
+            crate::run::logging::set_backup_id(&cfg.backup_id);
             Ok(job(&cfg, started, || {
                 let _metrics = start_metrics(&cfg)?;
-                crate::signals::install()?;
+                crate::run::signals::install()?;
                 let storage = storage::open_config(&cfg.storage)?;
                 let s = restore::run(&cfg, storage)?;
                 print_restore(&s);
@@ -358,7 +358,7 @@ fn run(command: Command) -> Result<i32> {
         }
         Command::Validate(cmd) => {
             let keys = if cmd.deep {
-                crate::encryption::Identities::load(
+                crate::repository::encryption::Identities::load(
                     cmd.identity_file.as_deref(),
                     "--identity-file",
                 )?
@@ -433,7 +433,7 @@ fn start_metrics(cfg: &Config) -> Result<Option<MetricsServer>> {
 /// A configuration file that cannot be read, parsed or validated is bad usage: exit 2,
 /// whatever the category of the error (`Serialization error:` for YAML).
 fn config_failure(e: &Error) -> i32 {
-    crate::logging::report_error(e);
+    crate::run::logging::report_error(e);
     2
 }
 
@@ -462,7 +462,7 @@ fn print_backup(s: &backup::BackupSummary) {
         s.queues,
         s.messages,
         s.segments,
-        crate::units::human_bytes(s.bytes),
+        crate::run::units::human_bytes(s.bytes),
         secs,
         s.messages as f64 / secs.max(0.001),
         if s.skipped.is_empty() {

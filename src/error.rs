@@ -37,7 +37,7 @@ pub enum Error {
     /// `Manifest error:` manifest parsing or validation errors.
     Manifest(String),
     /// `Encryption error:` an encrypted backup that cannot be written or read: no identity,
-    /// a wrong identity, an age file that does not authenticate (`crate::encryption`). A
+    /// a wrong identity, an age file that does not authenticate (`crate::repository::encryption`). A
     /// category of this tool, beside SPEC.md's.
     Encryption(String),
 }
@@ -85,7 +85,7 @@ impl Error {
     /// `amqp`, `stream`, `storage`, `serialization`, `connection`, `authentication`, and
     /// `configuration` for configuration errors (a value SPEC.md's list lacks; a bad
     /// configuration is neither a broker nor a data fault), and `encryption` for encryption
-    /// errors (likewise this tool's own: `crate::encryption`). A management API refusal (HTTP 401
+    /// errors (likewise this tool's own: `crate::repository::encryption`). A management API refusal (HTTP 401
     /// or 403) is `authentication` (SPEC.md: "AMQP or management API authentication
     /// failures"); its other failures (unreachable, 5xx) are `connection`.
     pub fn error_type(&self) -> &'static str {

@@ -2,52 +2,32 @@
 //! and restore them byte for byte.
 //!
 //! Data flows one way: broker -> records -> segments -> storage, and back
-//! (see DESIGN.md "Shape"). One module per concept:
-//! - [`config`], [`selection`]: the YAML schema of SPEC.md and the queue selection rules;
-//! - [`amqp`]: the synchronous AMQP 0-9-1 client; [`management`]: the management HTTP API;
-//! - [`reader`]: reading a queue without losing it (the requeue strategies);
-//! - [`record`], [`segment`], [`manifest`]: the backup format; [`storage`]: where it is kept;
-//! - [`checkpoint`]: the checkpoint databases of resumable runs; [`lock`]: a running backup's
-//!   heartbeat;
-//! - [`backup`], [`restore`], [`definitions`], [`inspect`]: the jobs; [`signals`]: graceful stop;
-//!   [`cli`]: the command line;
-//! - [`metrics`]: the metrics, health and their HTTP server; [`progress`]: progress on a
-//!   terminal; [`units`]: numbers for people.
+//! (see DESIGN.md "Shape"). The source is laid out in two halves with the jobs between them:
+//! - [`broker`]: the broker side: the AMQP 0-9-1 client, the stream protocol, the management
+//!   API, TLS, the broker's version and nodes, queue selection, definitions, and the reader
+//!   that reads a queue without taking a message away;
+//! - [`repository`]: the repository side: records, segments, encryption, the spool, storage
+//!   backends, the manifest and a sharded backup's parts, the run lock, fetching segments back,
+//!   checkpoint databases;
+//! - the jobs between them: [`backup`], [`restore`], [`copy`], [`inspect`] (list, describe,
+//!   validate, cat), [`retention`] (forget);
+//! - around them: [`config`] (the YAML file), [`metrics`] (metrics, health, their HTTP server),
+//!   [`run`] (logging, progress, signals, units), [`cli`] (the command line), [`error`].
 //!
 //! ARCHITECTURE.md is the map.
 
-pub mod amqp;
 pub mod backup;
 pub mod broker;
-pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod copy;
-pub mod definitions;
-pub mod encryption;
 pub mod error;
-pub mod fetch;
 pub mod inspect;
-pub mod lock;
-pub mod logging;
-pub mod management;
-pub mod manifest;
 pub mod metrics;
-pub mod nodes;
-pub mod progress;
-pub mod reader;
-pub mod record;
+pub mod repository;
 pub mod restore;
 pub mod retention;
-pub mod segment;
-pub mod selection;
-pub mod shard;
-pub mod signals;
-pub mod spool;
-pub mod storage;
-pub mod stream;
-pub mod tls;
-pub mod units;
+pub mod run;
 
 pub use error::{Error, Result};
 

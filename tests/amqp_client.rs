@@ -6,7 +6,7 @@ mod common;
 mod shared;
 
 use common::{rich_properties, Vhost};
-use rmq_backup::amqp::{
+use rmq_backup::broker::amqp::{
     AmqpUrl, BasicProperties, ConnectOptions, Connection, Delivery, FieldTable, FieldValue,
 };
 use rmq_backup::Error;
@@ -39,10 +39,10 @@ fn assert_same_message(got: &Delivery, props: &BasicProperties, body: &[u8], wha
 }
 
 fn consume_n(
-    ch: &rmq_backup::amqp::Channel,
+    ch: &rmq_backup::broker::amqp::Channel,
     queue: &str,
     n: usize,
-) -> (rmq_backup::amqp::Consumer, Vec<Delivery>) {
+) -> (rmq_backup::broker::amqp::Consumer, Vec<Delivery>) {
     let c = ch
         .basic_consume(queue, "", false, false, &Vec::new())
         .unwrap();
@@ -517,7 +517,7 @@ fn connection_close_reaches_consumers_and_channels() {
 /// messages around them arrive intact.
 #[test]
 fn non_utf8_short_strings_are_errors_not_losses() {
-    use rmq_backup::amqp::codec::put_properties;
+    use rmq_backup::broker::amqp::codec::put_properties;
     let vh = Vhost::new("nonutf8");
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();

@@ -6,11 +6,11 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::Config;
 use rmq_backup::error::Error;
-use rmq_backup::storage::{Conditional, ObjectVersion, Storage};
-use rmq_backup::{backup, inspect, restore, storage};
+use rmq_backup::repository::storage::{Conditional, ObjectVersion, Storage};
+use rmq_backup::{backup, inspect, restore, repository::storage};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -95,7 +95,7 @@ fn a_backup_without_delete_rights_completes_and_restores() {
     // such segments at its end, which this storage refuses.
     let stray = format!(
         "{}segment-0099.zst",
-        rmq_backup::manifest::queue_prefix("ao-1", &vh.name, "ao q")
+        rmq_backup::repository::manifest::queue_prefix("ao-1", &vh.name, "ao q")
     );
     inner
         .put_bytes(&stray, b"left by an earlier attempt")
@@ -124,7 +124,7 @@ fn a_backup_without_delete_rights_completes_and_restores() {
     assert_eq!(
         inspect::status(
             inner.as_ref(),
-            &rmq_backup::manifest::Manifest::read(inner.as_ref(), "ao-1").unwrap()
+            &rmq_backup::repository::manifest::Manifest::read(inner.as_ref(), "ao-1").unwrap()
         )
         .unwrap(),
         "completed"

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{FieldTable, FieldValue};
 use rmq_backup::config::Config;
 use rmq_backup::metrics;
 
@@ -108,7 +108,7 @@ fn selected_queues_left_alone_exit_4_and_are_named() {
     assert_eq!(depth(&conn, "mine-only"), 10);
 
     // The same run in-process: each skipped queue counted once in the metric.
-    let storage = rmq_backup::storage::open_filesystem(&dir.path().join("store2"), None).unwrap();
+    let storage = rmq_backup::repository::storage::open_filesystem(&dir.path().join("store2"), None).unwrap();
     let cfg = config(&backup_yaml("sk2", v, &dir.path().join("unused"), ""));
     let s = rmq_backup::backup::run(&cfg, storage).expect("backup");
     assert_eq!(s.skipped.len(), skipped);
@@ -137,7 +137,7 @@ fn every_failure_is_counted_with_its_error_type() {
     let dir = TempDir::new("errtypes");
     let store = dir.path().join("store");
     let v = vh.name.as_str();
-    let fs = || rmq_backup::storage::open_filesystem(&store, None).unwrap();
+    let fs = || rmq_backup::repository::storage::open_filesystem(&store, None).unwrap();
     let base = backup_yaml("e1", v, &store, "");
 
     // Management API refuses the password: authentication, a failure of the whole job.

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{FieldTable, FieldValue};
 
 #[test]
 fn diverse_queues_round_trip_through_filesystem() {
@@ -147,7 +147,7 @@ fn diverse_queues_round_trip_through_filesystem() {
     // No record carries a header the broker added on delivery (the source was read again
     // and again, its quorum messages returned), and no restored message either: on 4.x a
     // freshly published message is delivered without any (3.x adds x-delivery-count: 0).
-    let broker_headers = |d: &rmq_backup::amqp::Delivery| -> Vec<String> {
+    let broker_headers = |d: &rmq_backup::broker::amqp::Delivery| -> Vec<String> {
         d.properties
             .headers
             .iter()

@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
-use rmq_backup::lock::{self, LockInfo, STALE_AFTER_MS};
+use rmq_backup::broker::amqp::FieldTable;
+use rmq_backup::repository::lock::{self, LockInfo, STALE_AFTER_MS};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

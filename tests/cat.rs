@@ -7,7 +7,7 @@ mod common;
 
 use base64::Engine as _;
 use common::*;
-use rmq_backup::amqp::{BasicProperties, FieldTable};
+use rmq_backup::broker::amqp::{BasicProperties, FieldTable};
 use serde_json::Value;
 use std::io::BufRead;
 use std::process::{Command, Stdio};

@@ -6,7 +6,7 @@ mod common;
 
 use common::cluster::{self, ClusterVhost, NodeBack};
 use common::*;
-use rmq_backup::amqp::{Channel, Connection, FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{Channel, Connection, FieldTable, FieldValue};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

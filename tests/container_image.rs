@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::OnceLock;

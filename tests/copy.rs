@@ -9,7 +9,7 @@ mod common;
 use common::buckets::{AzContainer, GcsBucket, AZ_ACCOUNT, AZ_KEY, GCS_ENDPOINT};
 use common::http_proxy::{Fault, HttpProxy};
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -77,8 +77,8 @@ fn an_encrypted_sharded_backup_travels_through_every_backend() {
         expected.push((name, msgs));
     }
     let dir = TempDir::new("copy");
-    let (secret_a, public_a) = rmq_backup::encryption::generate();
-    let (secret_b, public_b) = rmq_backup::encryption::generate();
+    let (secret_a, public_a) = rmq_backup::repository::encryption::generate();
+    let (secret_b, public_b) = rmq_backup::repository::encryption::generate();
     let id_a = identity(dir.path(), "a.txt", &secret_a);
     let id_b = identity(dir.path(), "b.txt", &secret_b);
     let store = dir.path().join("store");
@@ -193,7 +193,7 @@ fn an_encrypted_sharded_backup_travels_through_every_backend() {
     assert_eq!(r["backups"][0]["status"], "copied", "{r}");
     let (code, out) = validate(&gcs_url, id, &id_a, &gcs_env);
     assert_eq!(code, Some(0), "{out}");
-    let copied = rmq_backup::manifest::Manifest::read(gcs.storage().as_ref(), id).unwrap();
+    let copied = rmq_backup::repository::manifest::Manifest::read(gcs.storage().as_ref(), id).unwrap();
     assert_eq!(
         copied.queues, m.queues,
         "the same segments, checksums and recipients"

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 
 const DEPTH: usize = 70_000;
 

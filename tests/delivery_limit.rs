@@ -11,8 +11,8 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{FieldTable, FieldValue};
-use rmq_backup::manifest::Manifest;
+use rmq_backup::broker::amqp::{FieldTable, FieldValue};
+use rmq_backup::repository::manifest::Manifest;
 use std::time::Duration;
 
 /// Sets policy `name` on `vhost` with `definition` for the queues matching `pattern`.
@@ -20,7 +20,7 @@ fn set_policy(vhost: &str, name: &str, pattern: &str, definition: &str) {
     let url = format!(
         "{}/api/policies/{}/{name}",
         management_url(),
-        rmq_backup::management::encode_segment(vhost)
+        rmq_backup::broker::management::encode_segment(vhost)
     );
     ureq::put(&url)
         .header("authorization", MANAGEMENT_AUTH)
@@ -35,7 +35,7 @@ fn set_policy(vhost: &str, name: &str, pattern: &str, definition: &str) {
 
 /// The delivery counts the broker reports on the first `n` messages of `queue` (absent: 0),
 /// read without changing them on 4.3 (`peek` gives back by nack there).
-fn delivery_counts(conn: &rmq_backup::amqp::Connection, queue: &str, n: usize) -> Vec<i64> {
+fn delivery_counts(conn: &rmq_backup::broker::amqp::Connection, queue: &str, n: usize) -> Vec<i64> {
     peek(conn, queue, n)
         .iter()
         .map(|d| {
@@ -136,7 +136,7 @@ fn nightly_backups_never_cost_a_quorum_queue_its_messages() {
 
 /// Gives every message of `queue` back once by closing the channel that holds them: a
 /// failed delivery on every version.
-fn return_all_counted(conn: &rmq_backup::amqp::Connection, queue: &str, n: usize) {
+fn return_all_counted(conn: &rmq_backup::broker::amqp::Connection, queue: &str, n: usize) {
     let ch = conn.open_channel().unwrap();
     ch.basic_qos(n as u16, false).unwrap();
     let consumer = ch
@@ -221,7 +221,7 @@ fn with_the_opt_in_a_read_stops_before_a_message_reaches_its_limit() {
         })
         .collect();
     assert_eq!(seqs(&got), (0..10).collect::<Vec<_>>());
-    let counts: Vec<u64> = got.iter().map(rmq_backup::reader::delivery_count).collect();
+    let counts: Vec<u64> = got.iter().map(rmq_backup::broker::reader::delivery_count).collect();
     assert!(
         counts.iter().all(|c| *c == 3),
         "one count per read that held it: {counts:?}"

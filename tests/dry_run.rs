@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{FieldTable, FieldValue};
 use std::time::{Duration, Instant};
 
 /// Waits (at most 60 s) until the management API reports `n` messages in `queue`.

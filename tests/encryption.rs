@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{BasicProperties, FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{BasicProperties, FieldTable, FieldValue};
 use std::path::{Path, PathBuf};
 
 /// Every file under `dir`, recursively.
@@ -69,7 +69,7 @@ struct Keys {
 
 fn keys(dir: &Path) -> Keys {
     let write = |name: &str| {
-        let (secret, public) = rmq_backup::encryption::generate();
+        let (secret, public) = rmq_backup::repository::encryption::generate();
         let path = dir.join(name);
         std::fs::write(&path, format!("# public key: {public}\n{secret}\n")).unwrap();
         (path, public, secret)
@@ -239,12 +239,12 @@ fn encrypted_filesystem_backup_holds_nothing_in_clear_and_restores_with_the_iden
         "age -d: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let reader = rmq_backup::segment::SegmentReader::open(&plain).expect("a RBAK file");
+    let reader = rmq_backup::repository::segment::SegmentReader::open(&plain).expect("a RBAK file");
     assert_eq!(reader.header().record_count, first.record_count);
     let records: Vec<Vec<u8>> = reader
         .records()
         .map(|r| match r.unwrap() {
-            rmq_backup::segment::RawRecord::Json(json) => json,
+            rmq_backup::repository::segment::RawRecord::Json(json) => json,
             other => panic!("a version 1 record: {other:?}"),
         })
         .collect();
@@ -469,13 +469,13 @@ fn encrypted_filesystem_backup_holds_nothing_in_clear_and_restores_with_the_iden
     );
     // One byte flipped in the first segment of each queue: the SHA-256 of the stored bytes.
     let firsts: Vec<_> = m.queues.iter().map(|q| q.segments[0].clone()).collect();
-    let flip = |s: &rmq_backup::manifest::SegmentMetadata| {
+    let flip = |s: &rmq_backup::repository::manifest::SegmentMetadata| {
         let p = store.join(&s.key);
         let mut b = std::fs::read(&p).unwrap();
         let mid = b.len() / 2;
         b[mid] ^= 0x01;
         std::fs::write(&p, &b).unwrap();
-        rmq_backup::segment::sha256_file(&p).unwrap()
+        rmq_backup::repository::segment::sha256_file(&p).unwrap()
     };
     let altered: Vec<String> = firsts.iter().map(flip).collect();
     refused(
@@ -712,7 +712,7 @@ fn segments_of<'a>(m: &'a serde_json::Value, name: &str) -> &'a Vec<serde_json::
 }
 
 /// A vhost `name` (a sibling of a `TestVhost`, deleted with it) holding empty `queues`.
-fn empty_target(name: &str, queues: &[(&str, &str)]) -> rmq_backup::amqp::Connection {
+fn empty_target(name: &str, queues: &[(&str, &str)]) -> rmq_backup::broker::amqp::Connection {
     let _ = management().delete_vhost(name);
     management().create_vhost(name).unwrap();
     management().set_permissions(name, "guest").unwrap();
@@ -738,7 +738,7 @@ fn parts_encrypted_to_other_keys_are_refused_at_once_naming_the_segments() {
     let pick = |prefix: &str, part: u32| {
         (0..100)
             .map(|i| format!("{prefix}-{i}"))
-            .find(|n| rmq_backup::shard::part_of(&vh.name, n, 2) == part)
+            .find(|n| rmq_backup::repository::shard::part_of(&vh.name, n, 2) == part)
             .unwrap()
     };
     let (q0, q1) = (pick("a", 0), pick("b", 1));

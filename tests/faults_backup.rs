@@ -10,13 +10,13 @@ mod common;
 
 use common::proxy::{Mode, TcpProxy};
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use std::time::{Duration, Instant};
 
 const N: usize = 50_000;
 
 /// A vhost with queue `q` of `N` numbered messages; (vhost, connection).
-fn seeded(tag: &str, kind: &str) -> (TestVhost, rmq_backup::amqp::Connection) {
+fn seeded(tag: &str, kind: &str) -> (TestVhost, rmq_backup::broker::amqp::Connection) {
     let vh = TestVhost::new(tag);
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();
@@ -27,7 +27,7 @@ fn seeded(tag: &str, kind: &str) -> (TestVhost, rmq_backup::amqp::Connection) {
 }
 
 /// The source holds the `N` messages again, in order.
-fn source_whole(conn: &rmq_backup::amqp::Connection) {
+fn source_whole(conn: &rmq_backup::broker::amqp::Connection) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while (depth(conn, "q") as usize) < N {
         assert!(
@@ -187,7 +187,7 @@ fn through(proxy: &TcpProxy, vhost: &str) -> String {
     format!(
         "amqp://guest:guest@127.0.0.1:{}/{}?heartbeat=1",
         proxy.port(),
-        rmq_backup::management::encode_segment(vhost)
+        rmq_backup::broker::management::encode_segment(vhost)
     )
 }
 

@@ -9,7 +9,7 @@ mod common;
 
 use common::cluster::{self, ClearAlarm, ClusterVhost, NodeBack};
 use common::*;
-use rmq_backup::amqp::{Connection, FieldTable};
+use rmq_backup::broker::amqp::{Connection, FieldTable};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

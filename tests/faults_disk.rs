@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -50,7 +50,7 @@ impl Drop for Tmpfs {
 }
 
 /// A vhost with queue `q` of `n` messages of `size` random bytes.
-fn seeded(tag: &str, n: usize, size: usize) -> (TestVhost, rmq_backup::amqp::Connection) {
+fn seeded(tag: &str, n: usize, size: usize) -> (TestVhost, rmq_backup::broker::amqp::Connection) {
     let vh = TestVhost::new(tag);
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();

@@ -8,7 +8,7 @@ mod common;
 
 use common::cluster::{self, watermark, ClearAlarm};
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

@@ -10,9 +10,9 @@ mod common;
 use common::buckets::*;
 use common::http_proxy::{Fault, HttpProxy};
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::Config;
-use rmq_backup::storage::Storage;
+use rmq_backup::repository::storage::Storage;
 use std::sync::Arc;
 
 /// One backend behind a fault proxy: its `storage:` block, through the proxy and direct.
@@ -78,7 +78,7 @@ fn gcs(tag: &str) -> Store {
 /// The storage of `store_block`; GCS's endpoint is `endpoint` (the proxy or the emulator).
 fn open(store: &Store, via_proxy: bool) -> Arc<dyn Storage> {
     if store.name == "gcs" {
-        use rmq_backup::storage::gcs::{Credentials, GcsBackend, GcsOptions};
+        use rmq_backup::repository::storage::gcs::{Credentials, GcsBackend, GcsOptions};
         let bucket = store
             .direct
             .lines()
@@ -102,7 +102,7 @@ fn open(store: &Store, via_proxy: bool) -> Arc<dyn Storage> {
         "mode: backup\nbackup_id: x\nsource:\n  amqp_url: amqp://h\n  management_url: http://h\n  management_username: u\n  management_password: p\n{block}"
     ))
     .expect("config");
-    rmq_backup::storage::open_config(&cfg.storage).expect("storage")
+    rmq_backup::repository::storage::open_config(&cfg.storage).expect("storage")
 }
 
 /// A backup config for `vhost` (its storage is passed to `backup::run` apart).
@@ -202,7 +202,7 @@ fn a_segment_upload_that_keeps_failing_fails_the_backup_and_leaves_nothing_good(
         );
         assert!(retries(store.name, "failed") > before, "{}", store.name);
         let direct = open(&store, false);
-        let m = rmq_backup::manifest::Manifest::read(direct.as_ref(), &id).expect("manifest");
+        let m = rmq_backup::repository::manifest::Manifest::read(direct.as_ref(), &id).expect("manifest");
         assert!(m.completed_at.is_none(), "{}: never complete", store.name);
         assert!(
             m.queues.iter().all(|q| q.segments.is_empty()),

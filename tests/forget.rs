@@ -8,9 +8,9 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
-use rmq_backup::storage::Storage;
-use rmq_backup::units::days_from_civil;
+use rmq_backup::broker::amqp::FieldTable;
+use rmq_backup::repository::storage::Storage;
+use rmq_backup::run::units::days_from_civil;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -37,7 +37,7 @@ fn fs_store(dir: &TempDir) -> Store {
         ),
         url: format!("file://{}", path.display()),
         env: vec![],
-        storage: rmq_backup::storage::open_filesystem(&path, None).expect("open"),
+        storage: rmq_backup::repository::storage::open_filesystem(&path, None).expect("open"),
     }
 }
 
@@ -63,7 +63,7 @@ fn s3_store(bucket: &S3Bucket) -> Store {
             ("AWS_ACCESS_KEY_ID", S3_ADMIN.0),
             ("AWS_SECRET_ACCESS_KEY", S3_ADMIN.1),
         ],
-        storage: rmq_backup::storage::open_config(&cfg.storage).expect("open s3"),
+        storage: rmq_backup::repository::storage::open_config(&cfg.storage).expect("open s3"),
     }
 }
 
@@ -106,7 +106,7 @@ fn backups(vh: &TestVhost, dir: &TempDir, store: &Store, ids: &[&str]) {
 /// (an interrupted backup).
 fn set_created(store: &Store, id: &str, created: i64, completed: bool) {
     let key = format!("{id}/manifest.json");
-    let mut m = rmq_backup::manifest::Manifest::from_json(
+    let mut m = rmq_backup::repository::manifest::Manifest::from_json(
         &store.storage.get_bytes(&key).expect("manifest"),
     )
     .expect("parse");
@@ -294,7 +294,7 @@ fn running_and_interrupted_backups() {
     set_created(&store, "done", at(2026, 1, 3, 0), true);
     set_created(&store, "new-int", at(2026, 1, 4, 0), false);
     // The lock a running backup holds (the same heartbeat), taken here.
-    let lock = rmq_backup::lock::RunLock::acquire(store.storage.clone(), "locked").expect("lock");
+    let lock = rmq_backup::repository::lock::RunLock::acquire(store.storage.clone(), "locked").expect("lock");
     let (code, v) = forget(&store, &["--keep-last", "1"]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(kept(&v), set(&["done", "locked", "new-int", "old-int"]));
@@ -527,7 +527,7 @@ fn a_sharded_backup_is_removed_whole() {
     set_created(&store, "plain", at(2026, 1, 2, 0), true);
     // The half backup has only its part 0 (no merged manifest): older than "plain".
     let part = "half/parts/0-of-2.json";
-    let mut m = rmq_backup::manifest::Manifest::from_json(&store.storage.get_bytes(part).unwrap())
+    let mut m = rmq_backup::repository::manifest::Manifest::from_json(&store.storage.get_bytes(part).unwrap())
         .expect("part");
     m.created_at = at(2025, 12, 31, 0);
     store
@@ -567,7 +567,7 @@ fn a_sharded_backup_is_removed_whole() {
 
 /// A completed backup `id` created at `created`, written here (a manifest and nothing else).
 fn fabricated(store: &Store, id: &str, created: i64) {
-    let mut m = rmq_backup::manifest::Manifest::new(id, created);
+    let mut m = rmq_backup::repository::manifest::Manifest::new(id, created);
     m.completed_at = Some(created + 60_000);
     store
         .storage

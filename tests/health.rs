@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::{Config, MetricsConfig};
 use rmq_backup::metrics::server::MetricsServer;
 use std::time::{Duration, Instant};
@@ -60,7 +60,7 @@ fn health_is_503_with_the_reason_after_a_real_connection_loss() {
     let addr = server.local_addr().to_string();
     assert_eq!(health(&addr).0, 200);
 
-    let storage = rmq_backup::storage::open_config(&cfg.storage).unwrap();
+    let storage = rmq_backup::repository::storage::open_config(&cfg.storage).unwrap();
     let run = std::thread::spawn(move || rmq_backup::backup::run(&cfg, storage));
     // The broker closes the backup's connection while it reads.
     let prefix = format!("rmq-backup h {} ", vh.name);
@@ -85,7 +85,7 @@ fn health_is_503_with_the_reason_after_a_real_connection_loss() {
     let url = format!(
         "{}/api/connections/{}",
         management_url(),
-        rmq_backup::management::encode_segment(&name)
+        rmq_backup::broker::management::encode_segment(&name)
     );
     ureq::delete(&url)
         .header("authorization", AUTH)
@@ -107,9 +107,9 @@ fn health_is_503_with_the_reason_after_a_real_connection_loss() {
         "{body}"
     );
     // A connection opened since recovers it.
-    drop(rmq_backup::amqp::Connection::open(
-        &rmq_backup::amqp::ConnectOptions::new(
-            rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
+    drop(rmq_backup::broker::amqp::Connection::open(
+        &rmq_backup::broker::amqp::ConnectOptions::new(
+            rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
         ),
     ));
     assert_eq!(health(&addr).0, 200);

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
-use rmq_backup::manifest::Manifest;
+use rmq_backup::broker::amqp::FieldTable;
+use rmq_backup::repository::manifest::Manifest;
 use std::path::{Path, PathBuf};
 
 /// Backs up one small queue and returns (temp dir, store dir, backup id).
@@ -154,7 +154,7 @@ fn list_describe_validate_and_every_damage() {
         damage(&mut bytes);
         std::fs::write(&segs[1], &bytes).unwrap();
         if rewrite_sha {
-            let new_sha = rmq_backup::segment::sha256_file(&segs[1]).unwrap();
+            let new_sha = rmq_backup::repository::segment::sha256_file(&segs[1]).unwrap();
             let mut m = Manifest::from_json(&manifest_bytes).unwrap();
             for s in m.queues.iter_mut().flat_map(|q| q.segments.iter_mut()) {
                 if store.join(&s.key) == segs[1] {

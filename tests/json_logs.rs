@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use serde_json::Value;
 
 /// A broker user with a unique password (any trace of it in the output is a leak), deleted on

@@ -6,9 +6,9 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::Config;
-use rmq_backup::storage::{self, Conditional, ObjectVersion, Storage};
+use rmq_backup::repository::storage::{self, Conditional, ObjectVersion, Storage};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::Config;
-use rmq_backup::{backup, inspect, restore, storage};
+use rmq_backup::{backup, inspect, restore, repository::storage};
 
 #[test]
 fn backup_and_restore_through_memory_storage() {

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::manifest::Manifest;
+use rmq_backup::repository::manifest::Manifest;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};

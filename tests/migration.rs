@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::Channel;
+use rmq_backup::broker::amqp::Channel;
 use serde_json::{json, Value};
 
 /// The vhosts a test made on each broker, deleted on drop.
@@ -40,7 +40,7 @@ fn get_json(b: &TestBroker, path: &str) -> Value {
 }
 
 fn enc(s: &str) -> String {
-    rmq_backup::management::encode_segment(s)
+    rmq_backup::broker::management::encode_segment(s)
 }
 
 /// The policies of `vhost`: name to (pattern, apply-to, definition).

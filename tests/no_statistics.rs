@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{Connection, FieldTable};
+use rmq_backup::broker::amqp::{Connection, FieldTable};
 use std::time::Duration;
 
 /// Points the helpers of `common` at the node without statistics (every test of this file
@@ -102,8 +102,8 @@ fn consumers_a_backup_cannot_count_are_named_and_it_exits_4() {
     no_statistics_broker();
     let (vh, conn) = seeded("nostats-consumer");
     // Another application's consumer holding 500 of orders' messages.
-    let mut options = rmq_backup::amqp::ConnectOptions::new(
-        rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
+    let mut options = rmq_backup::broker::amqp::ConnectOptions::new(
+        rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
     );
     options.connection_name = "billing-service".into();
     let foreign = Connection::open(&options).expect("foreign connection");

@@ -14,7 +14,7 @@ mod common;
 
 use common::buckets::GcsBucket;
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use std::time::Duration;
 
 /// A SeaweedFS bucket created with Object Lock enabled. Its objects cannot be removed until
@@ -39,7 +39,7 @@ impl LockedBucket {
             .as_ref()
             .to_vec()
         };
-        let now = rmq_backup::units::rfc3339_ms(rmq_backup::now_ms());
+        let now = rmq_backup::run::units::rfc3339_ms(rmq_backup::now_ms());
         let amz_date = format!("{}Z", &now.replace(['-', ':'], "")[..15]);
         let day = &amz_date[..8];
         let host = S3_ENDPOINT.trim_start_matches("http://");
@@ -236,7 +236,7 @@ fn s3_object_lock_keeps_backups_until_their_date_and_refuses_deletes() {
         amqp_url("/")
     ))
     .expect("config");
-    let store = rmq_backup::storage::open_config(&cfg.storage).expect("open s3");
+    let store = rmq_backup::repository::storage::open_config(&cfg.storage).expect("open s3");
     loop {
         let until = store.retained_until("lock-1/manifest.json").unwrap();
         match until {
@@ -279,7 +279,7 @@ fn gcs_object_retention_is_set_and_read_by_forget() {
         std::thread::sleep(Duration::from_millis(1100));
     }
     let store = bucket.storage();
-    let m = rmq_backup::manifest::Manifest::read(store.as_ref(), "glock-1").unwrap();
+    let m = rmq_backup::repository::manifest::Manifest::read(store.as_ref(), "glock-1").unwrap();
     let seg = &m.queues[0].segments[0].key;
     let until = store.retained_until(seg).unwrap().expect("retention set");
     assert!(until > rmq_backup::now_ms() + 23 * 3_600_000, "{until}");
@@ -322,8 +322,8 @@ fn azurite_takes_the_immutability_headers_without_enforcing_them() {
     let cfg = backup_config(dir.path(), "az-1", &vh.name, &storage);
     let out = run_cli(&["backup", "--config", &cfg]);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
-    use rmq_backup::storage::Storage;
-    let m = rmq_backup::manifest::Manifest::read(&container.0, "az-1").expect("manifest");
+    use rmq_backup::repository::storage::Storage;
+    let m = rmq_backup::repository::manifest::Manifest::read(&container.0, "az-1").expect("manifest");
     let seg = &m.queues[0].segments[0].key;
     assert_eq!(
         container.0.retained_until(seg).unwrap(),

@@ -7,8 +7,8 @@ mod common;
 
 use common::buckets::*;
 use common::*;
-use rmq_backup::amqp::FieldTable;
-use rmq_backup::storage::Storage;
+use rmq_backup::broker::amqp::FieldTable;
+use rmq_backup::repository::storage::Storage;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// An S3 bucket on SeaweedFS for one test, emptied and deleted on drop.

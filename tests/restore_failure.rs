@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 
 #[test]
 fn a_failed_restore_says_what_the_rerun_does_with_each_queue() {

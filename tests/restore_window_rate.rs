@@ -5,9 +5,9 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
-use rmq_backup::manifest::Manifest;
-use rmq_backup::segment::SegmentReader;
+use rmq_backup::broker::amqp::FieldTable;
+use rmq_backup::repository::manifest::Manifest;
+use rmq_backup::repository::segment::SegmentReader;
 use std::time::{Duration, Instant};
 
 #[test]

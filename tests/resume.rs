@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{Connection, FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{Connection, FieldTable, FieldValue};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
@@ -69,7 +69,7 @@ fn manifest_json(store: &Path, id: &str) -> serde_json::Value {
 fn segment_files(store: &Path, id: &str, vhost: &str, queue: &str) -> Vec<String> {
     let dir = store.join(id).join("queues").join(vhost).join(queue);
     // A SIGKILL during a write leaves its `<name>.partial-<pid>-<n>` file, which the storage
-    // never lists or reads (src/storage/filesystem.rs); only finished files are segments.
+    // never lists or reads (src/repository/storage/filesystem.rs); only finished files are segments.
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
@@ -483,8 +483,8 @@ fn a_restore_killed_with_sigkill_resumes_after_its_last_checkpoint() {
     // What the killed run published, and what its checkpoint says.
     let tconn = connect(&target);
     let first_run = queue_seqs(&tconn, "b-big");
-    let cp = rmq_backup::checkpoint::Checkpoints::open_file(&state).unwrap();
-    let key = |queue: &str| rmq_backup::checkpoint::RestoreKey {
+    let cp = rmq_backup::repository::checkpoint::Checkpoints::open_file(&state).unwrap();
+    let key = |queue: &str| rmq_backup::repository::checkpoint::RestoreKey {
         backup_id: id.into(),
         source_vhost: vh.name.clone(),
         source_queue: queue.into(),

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{FieldTable, FieldValue};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use std::collections::BTreeMap;
 
 fn validate_json(

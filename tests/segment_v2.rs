@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use sha2::Digest;
 
 /// One record's metadata as docs/segment-format.md writes it: every BackupRecord field but
@@ -77,7 +77,7 @@ fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
                 "uncompressed_bytes": payload.len(),
                 "first_timestamp": times[0],
                 "last_timestamp": times[2],
-                "checksum": rmq_backup::segment::hex_lower(&sha2::Sha256::digest(&file)),
+                "checksum": rmq_backup::repository::segment::hex_lower(&sha2::Sha256::digest(&file)),
                 "segment_version": 2
             }],
             "message_count": 3,
@@ -141,7 +141,7 @@ fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
     std::fs::write(store.join(&key), &bad).unwrap();
     let mut m = manifest.clone();
     m["queues"][0]["segments"][0]["checksum"] =
-        rmq_backup::segment::hex_lower(&sha2::Sha256::digest(&bad)).into();
+        rmq_backup::repository::segment::hex_lower(&sha2::Sha256::digest(&bad)).into();
     std::fs::write(
         store.join(id).join("manifest.json"),
         serde_json::to_vec_pretty(&m).unwrap(),
@@ -195,7 +195,7 @@ fn a_version_2_backup_restores_byte_for_byte() {
     publish(&ch, "diverse", &msgs);
     let dir = TempDir::new("v2-rt");
     let store = dir.path().join("store");
-    let (secret, public) = rmq_backup::encryption::generate();
+    let (secret, public) = rmq_backup::repository::encryption::generate();
     let identity = dir.path().join("identity.txt");
     std::fs::write(&identity, format!("{secret}\n")).unwrap();
     {

@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
-use rmq_backup::storage::{Conditional, ObjectVersion, Storage};
+use rmq_backup::broker::amqp::FieldTable;
+use rmq_backup::repository::storage::{Conditional, ObjectVersion, Storage};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -50,7 +50,7 @@ fn three_workers_write_one_backup_that_restores_identical() {
     // A deep one, so that the worker owning it is still reading when it is killed.
     declare(&ch, "deep", "classic", FieldTable::new());
     publish_bulk(&ch, "deep", 60_000, 64);
-    let deep_part = rmq_backup::shard::part_of(&vh.name, "deep", 3);
+    let deep_part = rmq_backup::repository::shard::part_of(&vh.name, "deep", 3);
 
     let dir = TempDir::new("shards");
     let store = dir.path().join("store");
@@ -102,14 +102,14 @@ fn three_workers_write_one_backup_that_restores_identical() {
     assert!(m.definitions.is_some(), "exported once, by part 0");
     // Every part holds the queues that hash to it, and only part 0 the definitions.
     for index in 0..3u32 {
-        let part: rmq_backup::manifest::Manifest = serde_json::from_slice(
+        let part: rmq_backup::repository::manifest::Manifest = serde_json::from_slice(
             &std::fs::read(store.join(id).join(format!("parts/{index}-of-3.json"))).unwrap(),
         )
         .unwrap();
         assert!(part.completed_at.is_some());
         assert_eq!(part.definitions.is_some(), index == 0);
         for q in &part.queues {
-            assert_eq!(rmq_backup::shard::part_of(&q.vhost, &q.name, 3), index);
+            assert_eq!(rmq_backup::repository::shard::part_of(&q.vhost, &q.name, 3), index);
         }
     }
     // Run again, a part complete is nothing to do.
@@ -311,7 +311,7 @@ fn readers_of_an_unmerged_sharded_backup_write_nothing() {
     std::fs::remove_file(&merged).unwrap();
 
     let ro = Arc::new(ReadOnly {
-        inner: rmq_backup::storage::open_filesystem(&store, None).unwrap(),
+        inner: rmq_backup::repository::storage::open_filesystem(&store, None).unwrap(),
         attempts: Mutex::new(Vec::new()),
     });
     let storage: Arc<dyn Storage> = ro.clone();

@@ -30,7 +30,7 @@ mod common;
 
 use common::cluster::{self, ClusterVhost, NodeBack};
 use common::*;
-use rmq_backup::amqp::{BasicProperties, Connection, FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{BasicProperties, Connection, FieldTable, FieldValue};
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,8 +99,8 @@ impl Dice {
 fn connect_any(vhost: &str) -> Option<Connection> {
     (1..=3u8).find_map(|n| {
         let url =
-            rmq_backup::amqp::AmqpUrl::parse(&cluster::amqp_url(n, vhost, "heartbeat=5")).ok()?;
-        Connection::open(&rmq_backup::amqp::ConnectOptions::new(url)).ok()
+            rmq_backup::broker::amqp::AmqpUrl::parse(&cluster::amqp_url(n, vhost, "heartbeat=5")).ok()?;
+        Connection::open(&rmq_backup::broker::amqp::ConnectOptions::new(url)).ok()
     })
 }
 
@@ -242,7 +242,7 @@ fn inject(fault: &str, backup_id: &str) -> Box<dyn FnOnce() + Send> {
                     let url = format!(
                         "{}/api/connections/{}",
                         cluster::management_url(1),
-                        rmq_backup::management::encode_segment(&name)
+                        rmq_backup::broker::management::encode_segment(&name)
                     );
                     let _ = ureq::delete(&url)
                         .header("authorization", MANAGEMENT_AUTH)
@@ -365,7 +365,7 @@ fn restore_and_compare(dir: &std::path::Path, id: &str, vhost: &str) -> Result<(
         let store = dir.join("store");
         for q in manifest(&store, id).queues {
             let held = backed_up(&store, id, &q.name);
-            let bodies = |ds: &[rmq_backup::amqp::Delivery]| -> Vec<Vec<u8>> {
+            let bodies = |ds: &[rmq_backup::broker::amqp::Delivery]| -> Vec<Vec<u8>> {
                 ds.iter().map(|d| d.body.clone()).collect()
             };
             let restored = if q.name == "events" {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{BasicProperties, Connection, FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{BasicProperties, Connection, FieldTable, FieldValue};
 use rmq_backup::config::Config;
 use rmq_backup::metrics;
 use std::path::Path;
@@ -251,7 +251,7 @@ fn exchange_exists(vhost: &str, name: &str) -> bool {
     let url = format!(
         "{}/api/exchanges/{}/{name}",
         management_url(),
-        rmq_backup::management::encode_segment(vhost)
+        rmq_backup::broker::management::encode_segment(vhost)
     );
     match ureq::get(&url)
         .header("authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
@@ -303,7 +303,7 @@ fn a_damaged_or_missing_segment_fails_its_queue_and_publishes_nothing_from_it() 
             ),
         );
         let cfg = Config::from_yaml_str(&yaml).unwrap();
-        let storage = rmq_backup::storage::open_config(&cfg.storage).unwrap();
+        let storage = rmq_backup::repository::storage::open_config(&cfg.storage).unwrap();
         rmq_backup::restore::run(&cfg, storage).expect_err("must fail")
     };
 

@@ -8,7 +8,7 @@ mod common;
 mod tls_support;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use std::path::Path;
 use std::process::Command;
 

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
-use rmq_backup::manifest::Manifest;
+use rmq_backup::broker::amqp::FieldTable;
+use rmq_backup::repository::manifest::Manifest;
 
 #[test]
 fn every_strategy_keeps_the_queue_whole_and_in_order() {

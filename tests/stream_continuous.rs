@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{FieldTable, FieldValue};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,7 +30,7 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn seq_of(d: &rmq_backup::amqp::Delivery) -> i64 {
+fn seq_of(d: &rmq_backup::broker::amqp::Delivery) -> i64 {
     header_i64(d, "seq")
 }
 
@@ -73,7 +73,7 @@ fn a_continuous_backup_killed_and_rerun_holds_every_message_once() {
             let mut i = 0i64;
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..50 {
-                    let props = rmq_backup::amqp::BasicProperties {
+                    let props = rmq_backup::broker::amqp::BasicProperties {
                         headers: Some(vec![("seq".into(), FieldValue::I64(i))]),
                         ..Default::default()
                     };

@@ -10,13 +10,13 @@
 mod common;
 
 use common::*;
-use rmq_backup::stream::amqp10::{encode_message, to_record, Message, Origin, Value};
-use rmq_backup::stream::chunk::parse_chunk;
-use rmq_backup::stream::{OffsetSpec, StreamConnection, StreamOptions};
+use rmq_backup::broker::stream::amqp10::{encode_message, to_record, Message, Origin, Value};
+use rmq_backup::broker::stream::chunk::parse_chunk;
+use rmq_backup::broker::stream::{OffsetSpec, StreamConnection, StreamOptions};
 use std::time::Duration;
 
 fn stream_options(vhost: &str) -> StreamOptions {
-    let url = rmq_backup::amqp::AmqpUrl::parse(&amqp_url(vhost)).unwrap();
+    let url = rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(vhost)).unwrap();
     StreamOptions::from_amqp_url(&url, stream_port())
 }
 
@@ -158,7 +158,7 @@ fn read_raw(vhost: &str, stream: &str, n: usize) -> Vec<Vec<u8>> {
     out
 }
 
-fn record(bytes: &[u8]) -> (rmq_backup::record::BackupRecord, bool) {
+fn record(bytes: &[u8]) -> (rmq_backup::repository::record::BackupRecord, bool) {
     let (mut r, raw) = to_record(
         bytes,
         Origin {
@@ -303,7 +303,7 @@ fn a_compression_bomb_ends_the_backup_with_a_clear_error_in_bounded_memory() {
     if broker().version >= (4, 3) {
         // RabbitMQ 4.3 refuses a sub-entry batch announcing more than 64 MiB uncompressed
         // (`max_uncompressed_sub_entry_batch_size`): no stream of 4.3 holds this bomb, and the
-        // reader's bound is checked on 4.0 and 3.10 (and in src/stream/chunk.rs).
+        // reader's bound is checked on 4.0 and 3.10 (and in src/broker/stream/chunk.rs).
         let e = confirmed.expect_err("4.3 refuses the batch").to_string();
         assert!(e.contains("precondition failed"), "{e}");
         return;

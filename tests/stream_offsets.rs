@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{AmqpUrl, FieldTable};
-use rmq_backup::stream::{StreamConnection, StreamOptions};
+use rmq_backup::broker::amqp::{AmqpUrl, FieldTable};
+use rmq_backup::broker::stream::{StreamConnection, StreamOptions};
 
 fn stream_conn(vhost: &str) -> StreamConnection {
     let url = AmqpUrl::parse(&amqp_url(vhost)).unwrap();

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{Connection, Delivery, FieldTable, FieldValue};
+use rmq_backup::broker::amqp::{Connection, Delivery, FieldTable, FieldValue};
 use std::time::Duration;
 
 /// Messages a stream keeps when they are published over AMQP 0-9-1: every header type but
@@ -44,11 +44,11 @@ fn read_stream_protocol(
     vhost: &str,
     name: &str,
     n: usize,
-) -> Vec<rmq_backup::record::BackupRecord> {
-    use rmq_backup::stream::amqp10::{to_record, Origin};
-    use rmq_backup::stream::chunk::parse_chunk;
-    use rmq_backup::stream::{OffsetSpec, StreamConnection, StreamOptions};
-    let url = rmq_backup::amqp::AmqpUrl::parse(&amqp_url(vhost)).unwrap();
+) -> Vec<rmq_backup::repository::record::BackupRecord> {
+    use rmq_backup::broker::stream::amqp10::{to_record, Origin};
+    use rmq_backup::broker::stream::chunk::parse_chunk;
+    use rmq_backup::broker::stream::{OffsetSpec, StreamConnection, StreamOptions};
+    let url = rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(vhost)).unwrap();
     let conn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, stream_port()))
         .expect("stream connection");
     let sub = conn
@@ -64,7 +64,7 @@ fn read_stream_protocol(
         let c = parse_chunk(&chunk).expect("parse");
         for (offset, m) in (c.header.first_offset..).zip(c.messages()) {
             let at = Origin {
-                conversion: rmq_backup::stream::amqp10::Conversion::of_version(
+                conversion: rmq_backup::broker::stream::amqp10::Conversion::of_version(
                     conn.server_version(),
                 ),
                 stream: name,
@@ -85,7 +85,7 @@ fn read_stream_protocol(
 /// none alike; a 0-9-1 consumer of the stream is given 1, a record holds none (what a 0-9-1
 /// publisher sends for a transient message; ARCHITECTURE.md "Format decisions"). A message
 /// without a header section (a stream-protocol publisher's) is given 2 before 4.2, none since.
-fn compared(p: &rmq_backup::amqp::BasicProperties) -> rmq_backup::amqp::BasicProperties {
+fn compared(p: &rmq_backup::broker::amqp::BasicProperties) -> rmq_backup::broker::amqp::BasicProperties {
     let mut p = comparable(p, Headers::Sorted);
     if broker().is_4x() && p.delivery_mode == Some(1) {
         p.delivery_mode = None;
@@ -209,7 +209,7 @@ fn a_stream_restores_into_a_new_stream_that_reads_the_same() {
     for (i, (a, b)) in from_source.iter().zip(&from_target).enumerate() {
         assert_eq!(a.body, b.body, "body of message {i}");
         assert_eq!(a.properties, b.properties, "properties of message {i}");
-        let sorted = |r: &rmq_backup::record::BackupRecord| {
+        let sorted = |r: &rmq_backup::repository::record::BackupRecord| {
             let mut h = r.headers.clone();
             h.sort_by(|x, y| x.0.cmp(&y.0));
             h
@@ -228,7 +228,7 @@ fn stream_reads_are_counted_with_their_queue_type() {
     publish_bulk(&ch, "counted", 25, 100);
     ch.close().expect("close");
     let dir = TempDir::new("streams-metrics");
-    let storage = rmq_backup::storage::open_filesystem(dir.path(), None).unwrap();
+    let storage = rmq_backup::repository::storage::open_filesystem(dir.path(), None).unwrap();
     let cfg = rmq_backup::config::Config::from_yaml_str(&backup_yaml(
         "m1",
         &v.name,
@@ -258,7 +258,7 @@ fn a_decimal_header_restored_into_a_stream_is_refused_by_name() {
     let ch = conn.open_channel().expect("channel");
     declare(&ch, "plain", "classic", FieldTable::new());
     let plain = |i: usize| Msg {
-        props: rmq_backup::amqp::BasicProperties {
+        props: rmq_backup::broker::amqp::BasicProperties {
             message_id: Some(format!("m-{i}")),
             ..Default::default()
         },
@@ -378,7 +378,7 @@ fn a_one_shot_backup_stops_at_the_end_the_stream_had_at_its_start() {
 /// properties of every type RabbitMQ's 0-9-1 conversion writes (so a record maps them; the
 /// others are stored whole, tests/stream_hostile.rs).
 fn native_messages(n: usize) -> Vec<Vec<u8>> {
-    use rmq_backup::stream::amqp10::{encode_message, Message, Value};
+    use rmq_backup::broker::stream::amqp10::{encode_message, Message, Value};
     (0..n)
         .map(|i| {
             let s = |t: &str| Value::String(t.to_string());
@@ -427,9 +427,9 @@ fn native_messages(n: usize) -> Vec<Vec<u8>> {
 
 #[test]
 fn messages_published_over_the_stream_protocol_back_up_as_a_0_9_1_reader_sees_them() {
-    use rmq_backup::stream::{StreamConnection, StreamOptions};
+    use rmq_backup::broker::stream::{StreamConnection, StreamOptions};
     let v = TestVhost::new("streams-native");
-    let url = rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&v.name)).unwrap();
+    let url = rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(&v.name)).unwrap();
     let sconn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, stream_port()))
         .expect("stream connection");
     sconn.create_stream("native", &[]).expect("create stream");
@@ -494,10 +494,10 @@ fn messages_published_over_the_stream_protocol_back_up_as_a_0_9_1_reader_sees_th
 /// too.
 #[test]
 fn a_0_9_1_read_of_a_stream_ends_at_the_true_end_of_a_large_last_chunk() {
-    use rmq_backup::stream::amqp10::{encode_message, Message, Value};
-    use rmq_backup::stream::{StreamConnection, StreamOptions};
+    use rmq_backup::broker::stream::amqp10::{encode_message, Message, Value};
+    use rmq_backup::broker::stream::{StreamConnection, StreamOptions};
     let v = TestVhost::new("streams-big-chunk");
-    let url = rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&v.name)).unwrap();
+    let url = rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(&v.name)).unwrap();
     let sconn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, stream_port()))
         .expect("stream connection");
     sconn.create_stream("big", &[]).expect("create stream");
@@ -639,7 +639,7 @@ fn offsets_no_message_takes_are_not_damage() {
 /// `urn:uuid:` message-id, a reply-to that 4.2+ stores as a percent-encoded address.
 #[test]
 fn a_stream_restores_into_a_stream_and_a_classic_queue_as_a_consumer_saw_it() {
-    use rmq_backup::amqp::BasicProperties;
+    use rmq_backup::broker::amqp::BasicProperties;
     let v = TestVhost::new("streams-compare");
     let conn = v.connect();
     declare_stream(&conn, "events");

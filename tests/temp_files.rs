@@ -6,8 +6,8 @@
 //! The only test of this binary: it points `TMPDIR` (`std::env::temp_dir`) at its own
 //! directory, which holds the planted links.
 
-use rmq_backup::checkpoint::sync;
-use rmq_backup::checkpoint::Checkpoints;
+use rmq_backup::repository::checkpoint::sync;
+use rmq_backup::repository::checkpoint::Checkpoints;
 use rmq_backup::config::{OffsetBackend, OffsetStorageConfig};
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
@@ -41,7 +41,7 @@ fn checkpoint_copies_never_follow_a_link_planted_in_a_shared_directory() {
         symlink(&victim, p).unwrap();
     }
 
-    let storage = rmq_backup::storage::open_filesystem(&store, None).unwrap();
+    let storage = rmq_backup::repository::storage::open_filesystem(&store, None).unwrap();
     let key = "b/state/offsets.db";
     let checkpoints = Checkpoints::open_memory().unwrap();
     sync::push(&checkpoints, storage.as_ref(), key).unwrap();

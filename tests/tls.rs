@@ -11,7 +11,7 @@ mod common;
 mod tls_support;
 
 use common::*;
-use rmq_backup::amqp::FieldTable;
+use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::TlsConfig;
 use tls_support::*;
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rmq_backup::amqp::{Connection, FieldTable};
+use rmq_backup::broker::amqp::{Connection, FieldTable};
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
@@ -206,8 +206,8 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
     declare(&ch, "beta", "quorum", FieldTable::new());
     publish_bulk(&ch, "beta", STALLED, BODY);
     let _ = ch.close();
-    let mut options = rmq_backup::amqp::ConnectOptions::new(
-        rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
+    let mut options = rmq_backup::broker::amqp::ConnectOptions::new(
+        rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
     );
     options.heartbeat_secs = 0;
     options.connection_name = format!("rmq-backup stalled {} (thread 0, run stalled-1-1)", vh.name);
@@ -298,8 +298,8 @@ fn an_earlier_run_s_messages_on_a_queue_without_statistics_yet_are_waited_for() 
     let ch = conn.open_channel().unwrap();
     declare(&ch, "beta", "quorum", FieldTable::new());
     publish_bulk(&ch, "beta", STALLED, BODY);
-    let mut options = rmq_backup::amqp::ConnectOptions::new(
-        rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
+    let mut options = rmq_backup::broker::amqp::ConnectOptions::new(
+        rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
     );
     options.connection_name = format!(
         "rmq-backup nostats {} (thread 0, run elsewhere-1-1)",
@@ -356,8 +356,8 @@ fn unacked_in_api(vhost: &str, queue: &str) -> u64 {
     let url = format!(
         "{}/api/queues/{}/{}",
         management_url(),
-        rmq_backup::management::encode_segment(vhost),
-        rmq_backup::management::encode_segment(queue)
+        rmq_backup::broker::management::encode_segment(vhost),
+        rmq_backup::broker::management::encode_segment(queue)
     );
     let auth = format!(
         "Basic {}",
@@ -385,8 +385,8 @@ fn messages_held_by_a_live_consumer_are_named_and_the_backup_exits_4() {
     // Another application's consumers: prefetch 500, never ack, stay connected.
     let mut consumers = Vec::new();
     for name in ["orders", "payments"] {
-        let mut options = rmq_backup::amqp::ConnectOptions::new(
-            rmq_backup::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
+        let mut options = rmq_backup::broker::amqp::ConnectOptions::new(
+            rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(&vh.name)).unwrap(),
         );
         options.connection_name = format!("billing-service {name}");
         let foreign = Connection::open(&options).expect("foreign connection");
@@ -463,7 +463,7 @@ fn messages_held_by_a_live_consumer_are_named_and_the_backup_exits_4() {
         "",
     ))
     .unwrap();
-    let storage = rmq_backup::storage::open_filesystem(&dir.path().join("store2"), None).unwrap();
+    let storage = rmq_backup::repository::storage::open_filesystem(&dir.path().join("store2"), None).unwrap();
     let s = rmq_backup::backup::run(&cfg2, storage).expect("backup");
     assert_eq!(s.left_out.len(), 2, "{s:?}");
     let text = rmq_backup::metrics::global().render();

@@ -6,7 +6,7 @@
 //! before ([`Messages`]), and the timed part publishes with confirms or reads and gives back.
 #![allow(dead_code)]
 
-use rmq_backup::amqp::{
+use rmq_backup::broker::amqp::{
     AmqpUrl, BasicProperties, Channel, ConnectOptions, Connection, FieldTable, FieldValue,
 };
 use std::process::{Command, Stdio};
@@ -295,9 +295,9 @@ pub fn queue_names() -> Vec<String> {
 
 /// Message `i` of `msgs` as a backup of the benchmark's queue records it (the same body,
 /// properties and headers as [`publish`] sends).
-pub fn bench_record(i: usize, msgs: &Messages) -> rmq_backup::record::BackupRecord {
+pub fn bench_record(i: usize, msgs: &Messages) -> rmq_backup::repository::record::BackupRecord {
     let m = msgs.get(i);
-    let d = rmq_backup::amqp::Delivery {
+    let d = rmq_backup::broker::amqp::Delivery {
         delivery_tag: i as u64 + 1,
         redelivered: false,
         exchange: String::new(),
@@ -305,7 +305,7 @@ pub fn bench_record(i: usize, msgs: &Messages) -> rmq_backup::record::BackupReco
         properties: m.properties.clone(),
         body: m.body.clone(),
     };
-    rmq_backup::record::BackupRecord::from_delivery(
+    rmq_backup::repository::record::BackupRecord::from_delivery(
         d,
         "bench",
         "rmqb-bench-src",
@@ -320,7 +320,7 @@ pub fn sample_records(n: usize, msgs: &Messages, max_json_bytes: usize) -> Vec<V
     let mut total = 0;
     for i in 0..n {
         let mut json = Vec::new();
-        rmq_backup::record::encode_record(&bench_record(i, msgs), &mut json);
+        rmq_backup::repository::record::encode_record(&bench_record(i, msgs), &mut json);
         total += json.len() + 4;
         out.push(json);
         if total >= max_json_bytes {
@@ -580,7 +580,7 @@ impl Args {
 }
 
 /// Deletes `vhost` if present and creates it afresh with permissions for guest.
-pub fn fresh_vhost(mgmt: &rmq_backup::management::ManagementClient, vhost: &str) {
+pub fn fresh_vhost(mgmt: &rmq_backup::broker::management::ManagementClient, vhost: &str) {
     let _ = mgmt.delete_vhost(vhost);
     mgmt.create_vhost(vhost).expect("vhost");
     mgmt.set_permissions(vhost, "guest").expect("permissions");
@@ -597,7 +597,7 @@ pub fn queue_args() -> FieldTable {
         "classic" => FieldTable::new(),
         other => vec![(
             "x-queue-type".into(),
-            rmq_backup::amqp::FieldValue::LongString(other.as_bytes().to_vec()),
+            rmq_backup::broker::amqp::FieldValue::LongString(other.as_bytes().to_vec()),
         )],
     }
 }

@@ -9,12 +9,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::stream::amqp10::{decode_value, encode_value, Value};
+use rmq_backup::broker::stream::amqp10::{decode_value, encode_value, Value};
 use rmq_backup::Error;
 
 /// True when `v` holds an array of nulls. `encode_value` writes it as the AMQP 1.0 spec says,
 /// a constructor and no bytes per element, but `decode_value` refuses, by design, a compound
-/// announcing more elements than it has bytes (src/stream/amqp10/tests.rs
+/// announcing more elements than it has bytes (src/broker/stream/amqp10/tests.rs
 /// `zero_width_elements_cannot_outnumber_the_bytes`): such an encoding may not read back.
 fn has_null_array(v: &Value) -> bool {
     match v {

@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::amqp::codec::{
+use rmq_backup::broker::amqp::codec::{
     decode_content_header, decode_properties, parse_frame, put_content_header_frame,
     put_properties, Decoder, Method, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
 };

@@ -8,8 +8,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::amqp::codec::{put_field_value, put_table, Decoder};
-use rmq_backup::amqp::types::FieldValue;
+use rmq_backup::broker::amqp::codec::{put_field_value, put_table, Decoder};
+use rmq_backup::broker::amqp::types::FieldValue;
 use rmq_backup::Error;
 
 fn amqp(e: &Error) {

@@ -16,8 +16,8 @@
 use libfuzzer_sys::fuzz_target;
 use rmq_backup::broker::BrokerVersion;
 use rmq_backup::config::{ConvertMirroredQueues, DefinitionsSelection, RestoreOptions};
-use rmq_backup::definitions::{decompress_at_most, prepare, rename, select};
-use rmq_backup::segment::Compression;
+use rmq_backup::broker::definitions::{decompress_at_most, prepare, rename, select};
+use rmq_backup::repository::segment::Compression;
 use rmq_backup::Error;
 use serde_json::Value;
 

@@ -8,8 +8,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::manifest::{manifest_key, Manifest};
-use rmq_backup::storage::{MemoryStorage, Storage};
+use rmq_backup::repository::manifest::{manifest_key, Manifest};
+use rmq_backup::repository::storage::{MemoryStorage, Storage};
 use rmq_backup::Error;
 
 fuzz_target!(|data: &[u8]| {

@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::record::{decode_record, encode_record, BackupRecord};
+use rmq_backup::repository::record::{decode_record, encode_record, BackupRecord};
 use rmq_backup::Error;
 
 fn encode(r: &BackupRecord) -> Vec<u8> {

@@ -14,7 +14,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::segment::{SegmentReader, END_MAGIC};
+use rmq_backup::repository::segment::{SegmentReader, END_MAGIC};
 use rmq_backup::Error;
 use std::path::PathBuf;
 use std::sync::OnceLock;

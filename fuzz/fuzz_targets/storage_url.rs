@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::storage::parse_storage_url;
+use rmq_backup::repository::storage::parse_storage_url;
 use rmq_backup::Error;
 
 const PASSWORD: &str = "Pa55w0rdXYZZY";

@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::stream::chunk::{
+use rmq_backup::broker::stream::chunk::{
     parse_chunk, CHUNK_BUDGET, CHUNK_HEADER_LEN, CHUNK_USER, MAX_MESSAGE,
 };
 use rmq_backup::Error;

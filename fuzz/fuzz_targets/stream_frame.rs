@@ -10,10 +10,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::stream::chunk::parse_chunk;
-use rmq_backup::stream::client::parse_metadata;
-use rmq_backup::stream::decode_received;
-use rmq_backup::stream::protocol::{key, Cursor};
+use rmq_backup::broker::stream::chunk::parse_chunk;
+use rmq_backup::broker::stream::client::parse_metadata;
+use rmq_backup::broker::stream::decode_received;
+use rmq_backup::broker::stream::protocol::{key, Cursor};
 use rmq_backup::Error;
 
 fn stream(e: &Error) {

@@ -12,7 +12,7 @@
 //! the stream protocol hold nothing and finish.
 
 use crate::error::{Error, Result};
-use crate::management::ManagementClient;
+use crate::broker::management::ManagementClient;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! queue cost more than the read of a small queue (issue "Clusters and scale-out": 2,000 queues
 //! of 10 messages took longer than a raw client reading them all on one connection).
 //!
-//! A queue's read gives its messages back by closing its own channels (`crate::reader`), so a
+//! A queue's read gives its messages back by closing its own channels (`crate::broker::reader`), so a
 //! connection carries nothing from one queue to the next. After any failure the connection is
 //! closed (which gives back whatever it still held) and the next queue opens a new one.
 //!
@@ -12,7 +12,7 @@
 //! name rmq-backup gives starts with `rmq-backup ` (`super::unacked`).
 
 use super::QueueContext;
-use crate::amqp::{Channel, Connection};
+use crate::broker::amqp::{Channel, Connection};
 use crate::error::Result;
 
 /// Deliveries buffered between a connection and the queue thread reading it.
@@ -40,11 +40,11 @@ impl ThreadConnection {
     }
 
     /// A connection to `vhost` on the source, to `node` when it has a node-local address
-    /// (`crate::nodes`), and an open channel of it for passive declares: the open ones when
+    /// (`crate::broker::nodes`), and an open channel of it for passive declares: the open ones when
     /// they are for `vhost` and `node` and still open, else new ones (the old connection
     /// closed).
     ///
-    /// Errors: those of [`crate::nodes::Nodes::connect`] and [`Connection::open_channel`].
+    /// Errors: those of [`crate::broker::nodes::Nodes::connect`] and [`Connection::open_channel`].
     pub(super) fn get(
         &mut self,
         ctx: &QueueContext,

@@ -9,9 +9,9 @@
 use super::select::select_queues;
 use crate::config::{CompressionKind, Config, StorageConfig};
 use crate::error::{Error, Result};
-use crate::management::ManagementClient;
-use crate::shard::Shard;
-use crate::units::{human_bytes, table, thousands};
+use crate::broker::management::ManagementClient;
+use crate::repository::shard::Shard;
+use crate::run::units::{human_bytes, table, thousands};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -92,7 +92,7 @@ pub fn plan(cfg: &Config) -> Result<DryRun> {
     let source = cfg.require_source()?;
     let opts = &cfg.backup;
     let shard = opts.shard.as_ref().map(Shard::from_config).transpose()?;
-    let resolved = crate::tls::resolve(
+    let resolved = crate::broker::tls::resolve(
         &source.amqp_url,
         Some(&source.management_url),
         source.tls.as_ref(),

@@ -6,7 +6,7 @@
 //! with them every message it had been delivered and not yet given back. When this run finds
 //! an earlier run's manifest interrupted, each queue read waits until the management API has
 //! statistics for the queue (`super::unacked`); when it took over the lock of a run that had
-//! not ended (`crate::lock::RunLock::replaced`), the connections of that run are closed
+//! not ended (`crate::repository::lock::RunLock::replaced`), the connections of that run are closed
 //! through the management API while reads wait, so that the broker gives their messages back
 //! now.
 //!
@@ -16,8 +16,8 @@
 //! another part of a sharded backup. The API lists a connection up to a statistics interval
 //! (5 s) after it opened, which is why the list is read again while reads wait.
 
-use crate::lock::RunLock;
-use crate::management::ManagementClient;
+use crate::repository::lock::RunLock;
+use crate::broker::management::ManagementClient;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -31,22 +31,22 @@ mod stream;
 mod stream_amqp;
 mod unacked;
 
-use crate::checkpoint::{self, Checkpoints};
+use crate::repository::checkpoint::{self, Checkpoints};
 use crate::config::{BackupOptions, Config, SourceConfig};
-use crate::definitions;
-use crate::encryption::Recipients;
+use crate::broker::definitions;
+use crate::repository::encryption::Recipients;
 use crate::error::{Error, Result};
-use crate::lock::RunLock;
-use crate::management::{ManagementClient, QueueInfo};
-use crate::manifest::{Manifest, QueueBackup};
+use crate::repository::lock::RunLock;
+use crate::broker::management::{ManagementClient, QueueInfo};
+use crate::repository::manifest::{Manifest, QueueBackup};
 use crate::metrics;
-use crate::nodes::Nodes;
+use crate::broker::nodes::Nodes;
 use crate::now_ms;
-use crate::progress;
-use crate::segment::Compression;
-use crate::shard::Shard;
-use crate::spool::{spawn_named, SpoolDir};
-use crate::storage::Storage;
+use crate::run::progress;
+use crate::repository::segment::Compression;
+use crate::repository::shard::Shard;
+use crate::repository::spool::{spawn_named, SpoolDir};
+use crate::repository::storage::Storage;
 use crossbeam_channel::bounded;
 use queue::{backup_queue, Outcome, Storing};
 use run_state::{
@@ -175,7 +175,7 @@ fn run_job(
             "backup.checkpoint_interval_secs is set but has no effect: a backup records its progress at every stored segment (segment_max_bytes and segment_max_interval_ms bound what a killed run reads again)"
         );
     }
-    let resolved = crate::tls::resolve(
+    let resolved = crate::broker::tls::resolve(
         &source.amqp_url,
         Some(&source.management_url),
         source.tls.as_ref(),
@@ -214,7 +214,7 @@ fn run_job(
     let lock = RunLock::acquire_named(
         storage.clone(),
         target.lock_name(),
-        crate::lock::Timing::from_env(),
+        crate::repository::lock::Timing::from_env(),
     )?;
     // Again under the lock: a run this one waited for may have completed the backup meanwhile.
     let interrupted = match refuse_to_overwrite(storage.as_ref(), &target)? {
@@ -239,7 +239,7 @@ fn run_job(
     // this host cannot see: theirs are left to `forget --prune`.
     if target.shard.is_none() {
         if let Err(e) =
-            crate::storage::partials::remove_stale(storage.as_ref(), &format!("{backup_id}/"))
+            crate::repository::storage::partials::remove_stale(storage.as_ref(), &format!("{backup_id}/"))
         {
             log::warn!("unfinished writes of an earlier run are left under {backup_id}/ (harmless; forget --prune removes them): {e}");
         }
@@ -440,12 +440,12 @@ fn run_job(
 /// What every queue thread shares.
 pub(super) struct QueueContext<'a> {
     source: &'a SourceConfig,
-    /// `source.amqp_url` with `source.tls` applied (`crate::tls::resolve`), and the address of
+    /// `source.amqp_url` with `source.tls` applied (`crate::broker::tls::resolve`), and the address of
     /// each node for node-local reads.
     nodes: Nodes,
     /// The TLS settings of the source's AMQP and stream connections, when its AMQP URL uses
     /// TLS.
-    tls: Option<Arc<crate::tls::TlsClient>>,
+    tls: Option<Arc<crate::broker::tls::TlsClient>>,
     opts: &'a BackupOptions,
     backup_id: &'a str,
     /// The id this run's state is kept under in the checkpoint database
@@ -486,7 +486,7 @@ pub(super) struct QueueContext<'a> {
 
 impl QueueContext<'_> {
     /// The source's URL (TLS applied) with `vhost`.
-    fn url_of(&self, vhost: &str) -> crate::amqp::AmqpUrl {
+    fn url_of(&self, vhost: &str) -> crate::broker::amqp::AmqpUrl {
         let mut url = self.nodes.first().clone();
         url.vhost = vhost.to_string();
         url
@@ -494,8 +494,8 @@ impl QueueContext<'_> {
 
     /// Connection options for `vhost` on the source (TLS as configured), shown in the
     /// management UI as `connection_name`.
-    fn connect_options(&self, vhost: &str, connection_name: String) -> crate::amqp::ConnectOptions {
-        let mut options = crate::amqp::ConnectOptions::new(self.url_of(vhost));
+    fn connect_options(&self, vhost: &str, connection_name: String) -> crate::broker::amqp::ConnectOptions {
+        let mut options = crate::broker::amqp::ConnectOptions::new(self.url_of(vhost));
         options.connection_name = connection_name;
         options.tls = self.tls.clone();
         options
@@ -503,10 +503,10 @@ impl QueueContext<'_> {
 
     /// Stream-protocol options for `vhost` on the source: its stream port (5551 by default
     /// with TLS) and TLS as configured.
-    fn stream_options(&self, vhost: &str, connection_name: String) -> crate::stream::StreamOptions {
+    fn stream_options(&self, vhost: &str, connection_name: String) -> crate::broker::stream::StreamOptions {
         let url = self.url_of(vhost);
         let port = self.source.stream_port_for(url.tls);
-        let mut options = crate::stream::StreamOptions::from_amqp_url(&url, port);
+        let mut options = crate::broker::stream::StreamOptions::from_amqp_url(&url, port);
         options.connection_name = connection_name;
         options.tls = self.tls.clone();
         options
@@ -599,11 +599,11 @@ fn read_queues<'a>(
     loop {
         let i = next.fetch_add(1, Ordering::SeqCst) as usize;
         let Some(q) = queues.get(i) else { break };
-        let _log = crate::logging::queue_scope(&q.vhost, &q.name);
+        let _log = crate::run::logging::queue_scope(&q.vhost, &q.name);
         // A retry does not start below what the listing or an earlier attempt counted.
         let listed = if q.statistics { q.messages } else { 0 };
         let (mut floor, mut attempts) = (unacked::Floor(0), 0u32);
-        let r = match crate::signals::stop_reason("backup") {
+        let r = match crate::run::signals::stop_reason("backup") {
             Some(why) => Err(Error::Io(why)),
             None if ctx.stop.reason().is_some() => {
                 Err(Error::Connection(ctx.stop.reason().unwrap_or_default()))

@@ -1,4 +1,4 @@
-//! One queue's backup: a channel on its queue thread's connection (`super::conns`), the read (`crate::reader`), and the batches of
+//! One queue's backup: a channel on its queue thread's connection (`super::conns`), the read (`crate::broker::reader`), and the batches of
 //! records handed to the queue's segment builder (`super::segments`). Once the read is over
 //! (every message back in the queue), the queue thread goes on to its next queue while its
 //! last segments are stored: [`Storing::finish`] completes the queue once they are.
@@ -12,14 +12,14 @@ use super::{LeftOut, QueueContext, SkippedQueue};
 use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
 use crate::error::{Error, Result};
-use crate::management::QueueInfo;
-use crate::manifest::QueueBackup;
+use crate::broker::management::QueueInfo;
+use crate::repository::manifest::QueueBackup;
 use crate::metrics;
 use crate::now_ms;
-use crate::progress;
-use crate::reader;
-use crate::record::BackupRecord;
-use crate::spool::spawn_named;
+use crate::run::progress;
+use crate::broker::reader;
+use crate::repository::record::BackupRecord;
+use crate::repository::spool::spawn_named;
 use crossbeam_channel::{bounded, unbounded, Sender};
 use std::time::Instant;
 
@@ -281,15 +281,15 @@ fn read_records(
     ctx: &QueueContext,
     q: &QueueInfo,
     kind: QueueType,
-    conn: &crate::amqp::Connection,
-    control: &crate::amqp::Channel,
+    conn: &crate::broker::amqp::Connection,
+    control: &crate::broker::amqp::Channel,
     depth: u64,
     plan: reader::ReadPlan,
     tx: &Sender<Vec<BackupRecord>>,
     m: &metrics::BackupQueueMetrics,
 ) -> Result<reader::ReadOutcome> {
     let mut batches = Batches::new(tx, m);
-    let mut sink = |mut d: crate::amqp::Delivery| -> Result<()> {
+    let mut sink = |mut d: crate::broker::amqp::Delivery| -> Result<()> {
         if kind == QueueType::Quorum {
             quorum::strip_broker_headers(&mut d.properties);
         }
@@ -299,7 +299,7 @@ fn read_records(
         if let Some(why) = ctx.lock.lost() {
             return Some(why);
         }
-        if let Some(why) = crate::signals::stop_reason("backup") {
+        if let Some(why) = crate::run::signals::stop_reason("backup") {
             return Some(why);
         }
         if let Some(why) = ctx.stop.reason() {

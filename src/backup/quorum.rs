@@ -23,11 +23,11 @@
 //! they are kept out of the record ([`strip_broker_headers`]) and a restore never publishes
 //! them.
 
-use crate::amqp::{BasicProperties, FieldTable, FieldValue};
+use crate::broker::amqp::{BasicProperties, FieldTable, FieldValue};
 use crate::broker::{BrokerVersion, QueueType};
 use crate::config::{BackupOptions, RequeueStrategy};
-use crate::management::QueueInfo;
-use crate::reader::ReadPlan;
+use crate::broker::management::QueueInfo;
+use crate::broker::reader::ReadPlan;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -216,7 +216,7 @@ pub fn strip_broker_headers(props: &mut BasicProperties) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::amqp::FieldValue;
+    use crate::broker::amqp::FieldValue;
     use serde_json::json;
 
     fn quorum(args: serde_json::Value, policy: serde_json::Value, api: Option<i64>) -> QueueInfo {

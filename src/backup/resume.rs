@@ -19,13 +19,13 @@
 
 use super::QueueContext;
 use crate::broker::QueueType;
-use crate::checkpoint::StoredSegment;
+use crate::repository::checkpoint::StoredSegment;
 use crate::error::{Error, Result};
-use crate::management::QueueInfo;
-use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
-use crate::segment::sha256_file;
-use crate::spool::unique_file;
-use crate::storage::Storage;
+use crate::broker::management::QueueInfo;
+use crate::repository::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
+use crate::repository::segment::sha256_file;
+use crate::repository::spool::unique_file;
+use crate::repository::storage::Storage;
 use std::collections::{HashMap, HashSet};
 
 /// What storage holds under `{backup_id}/queues/` when a run starts: segments of an earlier
@@ -168,7 +168,7 @@ fn same_version<'a>(
 /// exactly these recipients, or this run does not encrypt (`verify_stored` refuses the
 /// encrypted ones then).
 fn other_recipients<'a>(
-    encrypt: Option<&crate::encryption::Recipients>,
+    encrypt: Option<&crate::repository::encryption::Recipients>,
     segments: impl IntoIterator<Item = &'a SegmentMetadata>,
 ) -> Option<String> {
     let encrypt = encrypt?;
@@ -263,7 +263,7 @@ fn unbroken_prefix(q: &QueueInfo, segments: Vec<StoredSegment>) -> Vec<StoredSeg
         let follows = match (kept.last(), s.offsets) {
             (None, _) => true,
             (Some(prev), Some((first, _))) => match prev.offsets {
-                Some((_, last)) => crate::manifest::stream_segment_follows(
+                Some((_, last)) => crate::repository::manifest::stream_segment_follows(
                     (prev.metadata.sequence, last),
                     (s.metadata.sequence, first),
                 ),
@@ -365,8 +365,8 @@ fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
     // The backup side holds no identity: an encrypted segment cannot be read here, and needs
     // not be (its offsets are in the checkpoint database, schema 2, which every run that
     // encrypts writes).
-    let last = crate::fetch::fetch_segment(ctx.storage, &path, s, None).and_then(|fetched| {
-        let crate::fetch::FetchedSegment {
+    let last = crate::repository::fetch::fetch_segment(ctx.storage, &path, s, None).and_then(|fetched| {
+        let crate::repository::fetch::FetchedSegment {
             reader,
             files: _files,
         } = fetched;
@@ -401,7 +401,7 @@ pub(super) fn remove_unlisted_segments(
     storage: &dyn Storage,
     key: &str,
     manifest: &Manifest,
-    lock: &crate::lock::RunLock,
+    lock: &crate::repository::lock::RunLock,
     only: Option<&HashSet<(String, String)>>,
 ) {
     let stored = storage
@@ -442,7 +442,7 @@ pub(super) fn remove_unlisted_segments(
                 Ok(()) => log::info!(
                     "{key}: segment of an earlier run or attempt, not in the backup, removed"
                 ),
-                Err(e) => crate::storage::append_only::skip_delete(
+                Err(e) => crate::repository::storage::append_only::skip_delete(
                     "segment of an earlier run or attempt, not in the backup,",
                     key,
                     &e,
@@ -519,9 +519,9 @@ mod tests {
 
     #[test]
     fn segments_encrypted_to_other_keys_are_not_reused() {
-        let (_, a) = crate::encryption::generate();
-        let (_, b) = crate::encryption::generate();
-        let run = crate::encryption::Recipients::parse([a.as_str(), b.as_str()], "r").unwrap();
+        let (_, a) = crate::repository::encryption::generate();
+        let (_, b) = crate::repository::encryption::generate();
+        let run = crate::repository::encryption::Recipients::parse([a.as_str(), b.as_str()], "r").unwrap();
         let seg = |n: u64, recipients: Option<Vec<String>>| SegmentMetadata {
             encryption: recipients.as_ref().map(|_| "age".to_string()),
             recipients,

@@ -14,7 +14,7 @@
 
 use super::QueueContext;
 use crate::error::{Error, Result};
-use crate::management::QueueInfo;
+use crate::broker::management::QueueInfo;
 use std::time::{Duration, Instant};
 
 /// The longest wait between two attempts.
@@ -36,7 +36,7 @@ pub(super) fn lost_connection(e: &Error) -> bool {
 fn stopping(ctx: &QueueContext) -> Option<String> {
     ctx.lock
         .lost()
-        .or_else(|| crate::signals::stop_reason("backup"))
+        .or_else(|| crate::run::signals::stop_reason("backup"))
         .or_else(|| ctx.stop.reason())
 }
 

@@ -1,19 +1,19 @@
 //! What a backup run finds in storage and what it writes there besides segments: the manifest
 //! of an interrupted earlier run (a completed backup is never written again), whether the
 //! checkpoint database belongs to that backup, and the manifest writes themselves, each
-//! conditional on the version this run wrote last (`crate::storage::conditional`), so that a
+//! conditional on the version this run wrote last (`crate::repository::storage::conditional`), so that a
 //! run that lost the backup to another can never write over that run's manifest.
 
 use super::BackupSummary;
-use crate::checkpoint::Checkpoints;
+use crate::repository::checkpoint::Checkpoints;
 use crate::error::{Error, Result};
-use crate::lock::{LockName, RunLock};
-use crate::manifest::{self, Manifest};
-use crate::shard::Shard;
-use crate::storage::{Conditional, ObjectVersion, Storage};
+use crate::repository::lock::{LockName, RunLock};
+use crate::repository::manifest::{self, Manifest};
+use crate::repository::shard::Shard;
+use crate::repository::storage::{Conditional, ObjectVersion, Storage};
 use std::time::Instant;
 
-/// What this run writes: a whole backup, or one part of a sharded one (`crate::shard`).
+/// What this run writes: a whole backup, or one part of a sharded one (`crate::repository::shard`).
 pub(super) struct Target {
     pub(super) backup_id: String,
     pub(super) shard: Option<Shard>,
@@ -196,8 +196,8 @@ pub(super) fn trust_checkpoints(
         log::warn!(
             "checkpoint database {}: its state of backup {id} belongs to a backup created at {}, not to the interrupted one created at {}: forgotten, every queue is read again",
             cp.label(),
-            crate::units::format_ms(t),
-            crate::units::format_ms(manifest.created_at)
+            crate::run::units::format_ms(t),
+            crate::run::units::format_ms(manifest.created_at)
         );
     } else if interrupted {
         log::warn!(
@@ -209,7 +209,7 @@ pub(super) fn trust_checkpoints(
 }
 
 /// A part of a sharded backup found complete: nothing to back up; the parts are merged when
-/// they are all complete (`crate::shard`).
+/// they are all complete (`crate::repository::shard`).
 pub(super) fn part_complete(
     storage: &dyn Storage,
     target: &Target,
@@ -232,7 +232,7 @@ pub(super) fn part_complete(
 
 /// Merges the parts of a sharded backup and, when every one is complete, writes the merge to
 /// `{backup_id}/manifest.json` unless that exists (create-only; only a backup writes it:
-/// readers merge in memory, `crate::manifest::merge_parts`); says how far the backup is. A
+/// readers merge in memory, `crate::repository::manifest::merge_parts`); says how far the backup is. A
 /// failure is only a warning: readers merge the parts on each read.
 pub(super) fn merge_parts(storage: &dyn Storage, target: &Target) {
     let id = &target.backup_id;

@@ -3,16 +3,16 @@
 //! and the uploader threads that finish each segment and store it.
 
 use super::QueueContext;
-use crate::encryption::{self, Recipients};
+use crate::repository::encryption::{self, Recipients};
 use crate::error::{Error, Result};
-use crate::lock::RunLock;
-use crate::management::QueueInfo;
-use crate::manifest::{self, SegmentMetadata};
+use crate::repository::lock::RunLock;
+use crate::broker::management::QueueInfo;
+use crate::repository::manifest::{self, SegmentMetadata};
 use crate::metrics::BackupQueueMetrics;
-use crate::record::{encode_meta, encode_record, BackupRecord};
-use crate::segment::{hex_lower, SegmentWriter};
-use crate::spool::unique_file;
-use crate::storage::{Conditional, Storage};
+use crate::repository::record::{encode_meta, encode_record, BackupRecord};
+use crate::repository::segment::{hex_lower, SegmentWriter};
+use crate::repository::spool::unique_file;
+use crate::repository::storage::{Conditional, Storage};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
@@ -150,7 +150,7 @@ impl Stored<'_> {
         };
         for key in keys {
             if let Err(e) = ctx.storage.delete(&key) {
-                crate::storage::append_only::skip_delete(
+                crate::repository::storage::append_only::skip_delete(
                     "segment of a read left out of the backup",
                     &key,
                     &e,
@@ -224,7 +224,7 @@ pub(super) fn build_segments<'a>(
     uploads: &Sender<Upload>,
     after: u64,
 ) -> Result<Stored<'a>> {
-    let _log = crate::logging::queue_scope(&q.vhost, &q.name);
+    let _log = crate::run::logging::queue_scope(&q.vhost, &q.name);
     let max_bytes = ctx.opts.segment_max_bytes;
     let max_age = Duration::from_millis(ctx.opts.segment_max_interval_ms);
     let stream = q.queue_type == Some(crate::broker::QueueType::Stream);
@@ -280,7 +280,7 @@ pub(super) fn build_segments<'a>(
     // cores shared with the broker, pool threads waking per batch cost the broker more than
     // they save (measured: backup/raw read 0.84 -> 0.91 without rayon).
     let mut json = Vec::new();
-    let v2 = ctx.opts.segment_version == crate::segment::VERSION_2;
+    let v2 = ctx.opts.segment_version == crate::repository::segment::VERSION_2;
     loop {
         let mut wait = match &current {
             Some(open) => max_age.saturating_sub(open.opened.elapsed()),
@@ -336,7 +336,7 @@ pub(super) fn build_segments<'a>(
             }
             if current.is_none() {
                 let path = unique_file(ctx.spool, &format!("{}-{}", q.vhost, q.name));
-                let workers = crate::segment::zstd_workers(mean_body);
+                let workers = crate::repository::segment::zstd_workers(mean_body);
                 log::trace!(
                     "queue {} in vhost {}: segment {} opened in {} ({:?}, level {}, {workers} zstd workers)",
                     q.name,
@@ -412,7 +412,7 @@ fn segment_full(
 /// Finishes segments and stores them (the storage retries transient failures itself), then
 /// removes the spool file; the queue's builder records each stored segment. A segment is
 /// stored only while the run holds its lock, and only under a key no object has: a stored
-/// segment is never replaced (`crate::storage::conditional`).
+/// segment is never replaced (`crate::repository::storage::conditional`).
 ///
 /// With `encrypt` (`backup.encryption`), the finished segment is encrypted before the upload:
 /// in memory when it was built there, else into a second spool file, the plaintext one removed

@@ -1,5 +1,5 @@
 //! Which queues a backup reads: the management API's list, filtered by `source.queues`
-//! (`crate::selection`), minus the selected queues a backup would harm (exclusive queues,
+//! (`crate::broker::selection`), minus the selected queues a backup would harm (exclusive queues,
 //! quorum queues whose delivery limit every give-back counts against on this broker:
 //! `super::quorum`, types it cannot read), which are skipped and named.
 
@@ -8,8 +8,8 @@ use super::SkippedQueue;
 use crate::broker::{BrokerVersion, QueueType};
 use crate::config::{BackupOptions, SourceConfig};
 use crate::error::Result;
-use crate::management::{ManagementClient, QueueInfo};
-use crate::selection;
+use crate::broker::management::{ManagementClient, QueueInfo};
+use crate::broker::selection;
 
 /// Lists the broker's queues and applies `source.queues`. Returns the queues to back up (sorted
 /// by vhost, name) and the selected queues that are skipped, with the reason (each logged as a

@@ -1,7 +1,7 @@
 //! One stream's backup over the stream protocol (`backup.stream_enabled: true`): its own
 //! stream connection, the stream's end found by subscribing at `last` (3.10 has no
 //! StreamStats, and the management API's counts lag), then a read from the first offset up to
-//! that end with credit-based flow control, each message decoded (`crate::stream::amqp10`)
+//! that end with credit-based flow control, each message decoded (`crate::broker::stream::amqp10`)
 //! into a record and handed to the same segment builder as a queue's (`super::segments`).
 //! Reading a stream takes nothing from it.
 //!
@@ -14,16 +14,16 @@ use super::segments::{build_segments, Batches, Upload};
 use super::QueueContext;
 use crate::broker::QueueType;
 use crate::error::{Error, Result};
-use crate::management::QueueInfo;
-use crate::manifest::QueueBackup;
+use crate::broker::management::QueueInfo;
+use crate::repository::manifest::QueueBackup;
 use crate::metrics;
 use crate::now_ms;
-use crate::progress;
-use crate::record::BackupRecord;
-use crate::spool::spawn_named;
-use crate::stream::amqp10::{to_record, Conversion, Origin, RAW_BODY_HEADER};
-use crate::stream::chunk::parse_chunk;
-use crate::stream::{OffsetSpec, StreamConnection};
+use crate::run::progress;
+use crate::repository::record::BackupRecord;
+use crate::repository::spool::spawn_named;
+use crate::broker::stream::amqp10::{to_record, Conversion, Origin, RAW_BODY_HEADER};
+use crate::broker::stream::chunk::parse_chunk;
+use crate::broker::stream::{OffsetSpec, StreamConnection};
 use crossbeam_channel::{bounded, Sender};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -85,7 +85,7 @@ fn last_offset(conn: &StreamConnection, q: &QueueInfo) -> Result<Option<u64>> {
     } else {
         EMPTY_WAIT
     };
-    match crate::stream::offsets::last_offset(conn, &q.name, wait)? {
+    match crate::broker::stream::offsets::last_offset(conn, &q.name, wait)? {
         None if q.messages > 0 => Err(Error::Stream(format!(
             "stream {} in vhost {}: no chunk from its end within {} s although the management API counts {} messages",
             q.name,
@@ -236,7 +236,7 @@ pub(super) fn completed(
     ctx: &QueueContext,
     q: &QueueInfo,
     last: Option<u64>,
-    segments: Vec<crate::manifest::SegmentMetadata>,
+    segments: Vec<crate::repository::manifest::SegmentMetadata>,
 ) -> Result<QueueBackup> {
     if let Some(cp) = ctx.checkpoints {
         if let Some(e) = last {
@@ -280,7 +280,7 @@ fn read_stream(
         if let Some(why) = ctx.lock.lost() {
             return Err(Error::Io(why));
         }
-        if let Some(why) = crate::signals::stop_reason("backup") {
+        if let Some(why) = crate::run::signals::stop_reason("backup") {
             if end.is_some() {
                 return Err(Error::Io(why));
             }

@@ -15,16 +15,16 @@
 use super::resume;
 use super::segments::{build_segments, Batches, Upload};
 use super::QueueContext;
-use crate::amqp::{Channel, Connection, Delivery, FieldValue};
+use crate::broker::amqp::{Channel, Connection, Delivery, FieldValue};
 use crate::broker::QueueType;
 use crate::error::{Error, Result};
-use crate::management::QueueInfo;
-use crate::manifest::QueueBackup;
+use crate::broker::management::QueueInfo;
+use crate::repository::manifest::QueueBackup;
 use crate::metrics;
 use crate::now_ms;
-use crate::progress;
-use crate::record::BackupRecord;
-use crate::spool::spawn_named;
+use crate::run::progress;
+use crate::repository::record::BackupRecord;
+use crate::repository::spool::spawn_named;
 use crossbeam_channel::{bounded, Sender};
 use std::time::{Duration, Instant};
 
@@ -66,7 +66,7 @@ fn strip_offset(d: &mut Delivery) {
     }
 }
 
-fn consume_from(ch: &Channel, stream: &str, from: &str) -> Result<crate::amqp::Consumer> {
+fn consume_from(ch: &Channel, stream: &str, from: &str) -> Result<crate::broker::amqp::Consumer> {
     ch.basic_qos(PREFETCH, false)?;
     let args = vec![(
         "x-stream-offset".to_string(),
@@ -224,7 +224,7 @@ fn read_to(
         if let Some(why) = ctx
             .lock
             .lost()
-            .or_else(|| crate::signals::stop_reason("backup"))
+            .or_else(|| crate::run::signals::stop_reason("backup"))
         {
             return Err(Error::Io(why));
         }

@@ -19,7 +19,7 @@
 //!
 //! Every connection rmq-backup opens has a name starting `rmq-backup <backup_id> `
 //! (`super::conns`) and every consumer a tag starting `rmq-backup-<pid>-`
-//! (`crate::reader`), which is how the management API's consumer list tells one from the other
+//! (`crate::broker::reader`), which is how the management API's consumer list tells one from the other
 //! (the tag also when the API does not list a killed run's connection any more, or not yet).
 //! The API's counts lag the broker by up to its statistics interval, so a count is taken as the
 //! larger of what the API says is unacknowledged and what it counts in all beyond the broker's
@@ -43,9 +43,9 @@
 //! read starts.
 
 use super::QueueContext;
-use crate::amqp::Channel;
+use crate::broker::amqp::Channel;
 use crate::error::{Error, Result};
-use crate::management::{ConsumerInfo, QueueInfo};
+use crate::broker::management::{ConsumerInfo, QueueInfo};
 use std::time::{Duration, Instant};
 
 /// How often the counts are read again while waiting.
@@ -257,7 +257,7 @@ pub(super) fn settle(
         if let Some(why) = ctx
             .lock
             .lost()
-            .or_else(|| crate::signals::stop_reason("backup"))
+            .or_else(|| crate::run::signals::stop_reason("backup"))
         {
             return Err(Error::Io(why));
         }
@@ -267,7 +267,7 @@ pub(super) fn settle(
 
 /// How long `counted` messages may take to come back, statistics lag included.
 fn wait_limit(counted: u64) -> Duration {
-    crate::reader::return_wait(counted) + STATISTICS_LAG
+    crate::broker::reader::return_wait(counted) + STATISTICS_LAG
 }
 
 /// What to do after one look at the queue.
@@ -302,7 +302,7 @@ fn not_back(missing: u64, ready: u64, floor: Floor, limit: Duration) -> Verdict 
 /// `counted` (what the queue held at the start), the retry's `floor`, the time waited so far,
 /// and whether an earlier run of this backup may hold messages.
 fn judge_with_statistics(
-    api: &crate::management::QueueHolders,
+    api: &crate::broker::management::QueueHolders,
     live: Live,
     counted: u64,
     floor: Floor,

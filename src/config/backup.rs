@@ -101,7 +101,7 @@ pub struct BackupOptions {
     /// Read streams with the stream protocol (`source.stream_port`); default false, when
     /// streams are skipped with a warning.
     pub stream_enabled: bool,
-    /// This run writes one part of a backup shared by `count` workers (`crate::shard`);
+    /// This run writes one part of a backup shared by `count` workers (`crate::repository::shard`);
     /// default none (one run writes the whole backup).
     pub shard: Option<ShardConfig>,
     /// Consumer references (the stream protocol's offset tracking names, at most 256 bytes)
@@ -115,7 +115,7 @@ pub struct BackupOptions {
     pub encryption: Option<super::encryption::BackupEncryption>,
 }
 
-/// `backup.shard`: which part of a sharded backup this run writes (`crate::shard`).
+/// `backup.shard`: which part of a sharded backup this run writes (`crate::repository::shard`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShardConfig {

@@ -1,6 +1,6 @@
 //! `backup.encryption` and `restore.encryption` (README "Encryption at rest"): the public keys
 //! a backup encrypts to, and the identity a restore decrypts with. Parsing, and reading the
-//! key files they name; the encryption itself is `crate::encryption`.
+//! key files they name; the encryption itself is `crate::repository::encryption`.
 
 use schemars::JsonSchema;
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::checks::config_err;
-use crate::encryption::{Identities, Recipients};
+use crate::repository::encryption::{Identities, Recipients};
 use crate::error::Result;
 
 /// `backup.encryption`: encrypt every segment and the definitions export with age to these
@@ -37,7 +37,7 @@ impl BackupEncryption {
                 config_err(format!(
                     "Cannot read backup.encryption.recipients_file {}: {}",
                     path.display(),
-                    crate::storage::io_reason(&e)
+                    crate::repository::storage::io_reason(&e)
                 ))
             })?),
             None => None,
@@ -75,7 +75,7 @@ impl RestoreEncryption {
     /// The identities of a restore: `identity_file` of `section` (`None`: not configured),
     /// else `RMQ_BACKUP_AGE_IDENTITY`, else none.
     ///
-    /// Errors: as `crate::encryption::Identities::load` (`Configuration error:`).
+    /// Errors: as `crate::repository::encryption::Identities::load` (`Configuration error:`).
     pub fn identities(section: Option<&RestoreEncryption>) -> Result<Option<Identities>> {
         Identities::load(
             section.and_then(|s| s.identity_file.as_deref()),

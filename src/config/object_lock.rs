@@ -1,7 +1,7 @@
 //! `storage.object_lock` (README "Protecting backups from deletion"): a retention date set on
 //! every object a backup writes, so that nobody (with `compliance`), or nobody without the
 //! right to bypass it (with `governance`), deletes or overwrites it before that date. The
-//! backends apply it (`crate::storage::object_lock`); this file only parses it.
+//! backends apply it (`crate::repository::storage::object_lock`); this file only parses it.
 
 use serde::{Deserialize, Deserializer};
 use std::borrow::Cow;

@@ -23,7 +23,7 @@ pub(super) fn read_secret_file(path: &Path, field: &str) -> Result<String> {
         config_err(format!(
             "Cannot read {field} {}: {}",
             path.display(),
-            crate::storage::io_reason(&e)
+            crate::repository::storage::io_reason(&e)
         ))
     })?;
     let text = String::from_utf8(bytes)
@@ -186,7 +186,7 @@ mod tests {
         fill_amqp_password(urls.iter_mut(), &Some(file.clone()), "source").unwrap();
         assert_eq!(urls[0], "amqp://app:p%40ss%3Aw%2Frd@rabbit-0:5672/%2f");
         assert_eq!(urls[1], "amqps://app:p%40ss%3Aw%2Frd@rabbit-1");
-        let url = crate::amqp::AmqpUrl::parse(&urls[0]).unwrap();
+        let url = crate::broker::amqp::AmqpUrl::parse(&urls[0]).unwrap();
         assert_eq!(url.password, "p@ss:w/rd");
 
         let mut twice = ["amqp://app:x@h".to_string()];

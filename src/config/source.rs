@@ -1,5 +1,5 @@
 //! `source` (SPEC.md "source"): the broker a backup reads from, its TLS settings and the
-//! queue selection (matched in `crate::selection`). Parsing and field checks only.
+//! queue selection (matched in `crate::broker::selection`). Parsing and field checks only.
 
 use schemars::JsonSchema;
 use std::collections::BTreeMap;
@@ -42,13 +42,13 @@ pub struct SourceConfig {
     /// [`SourceConfig::stream_port_for`].
     #[serde(default)]
     pub stream_port: Option<u16>,
-    /// TLS for the AMQP, stream and https management connections (`crate::tls`).
+    /// TLS for the AMQP, stream and https management connections (`crate::broker::tls`).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
-    /// Queue selection; `None` selects every queue (see `crate::selection`).
+    /// Queue selection; `None` selects every queue (see `crate::broker::selection`).
     #[serde(default)]
     pub queues: Option<QueueSelection>,
-    /// Read each queue through a connection to the node that hosts it (`crate::nodes`);
+    /// Read each queue through a connection to the node that hosts it (`crate::broker::nodes`);
     /// default true. No effect on a single node.
     #[serde(default = "default_true")]
     pub node_local_reads: bool,
@@ -67,7 +67,7 @@ impl SourceConfig {
     /// The stream port: `stream_port`, else 5552, or 5551 when `tls` (the source uses TLS).
     pub fn stream_port_for(&self, tls: bool) -> u16 {
         self.stream_port.unwrap_or(if tls {
-            crate::tls::DEFAULT_STREAM_TLS_PORT
+            crate::broker::tls::DEFAULT_STREAM_TLS_PORT
         } else {
             5552
         })
@@ -93,7 +93,7 @@ impl fmt::Debug for SourceConfig {
 }
 
 /// `source.tls` / `target.tls` (SPEC.md `source.tls`): TLS for the AMQP, stream and https
-/// management connections of a broker. The files are read by `crate::tls::TlsClient::load`.
+/// management connections of a broker. The files are read by `crate::broker::tls::TlsClient::load`.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {
@@ -111,7 +111,7 @@ pub struct TlsConfig {
 }
 
 /// `source.queues` (SPEC.md): which queues a backup reads. The matching logic is in
-/// `crate::selection`. Every field defaults to "no restriction".
+/// `crate::broker::selection`. Every field defaults to "no restriction".
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct QueueSelection {

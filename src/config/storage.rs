@@ -1,6 +1,6 @@
 //! `storage` (SPEC.md "storage"): the backend and its fields, read through one flat mapping so
 //! that a field of another backend is rejected with its name. The backends themselves live in
-//! `crate::storage`; this file only parses and checks.
+//! `crate::repository::storage`; this file only parses and checks.
 
 use std::path::PathBuf;
 

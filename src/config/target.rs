@@ -38,7 +38,7 @@ pub struct TargetConfig {
     #[serde(default)]
     pub tls: Option<super::TlsConfig>,
     /// Stream protocol port of the target: used only to publish stream messages a backup
-    /// stored whole as AMQP 1.0 bytes (`crate::stream::amqp10::RAW_BODY_HEADER`) back into a
+    /// stored whole as AMQP 1.0 bytes (`crate::broker::stream::amqp10::RAW_BODY_HEADER`) back into a
     /// stream. Default 5552, or 5551 when the target uses TLS ([`TargetConfig::stream_port_for`]).
     #[serde(default)]
     pub stream_port: Option<u16>,
@@ -48,7 +48,7 @@ impl TargetConfig {
     /// The stream port: `stream_port`, else 5552, or 5551 when `tls` (the target uses TLS).
     pub fn stream_port_for(&self, tls: bool) -> u16 {
         self.stream_port.unwrap_or(if tls {
-            crate::tls::DEFAULT_STREAM_TLS_PORT
+            crate::broker::tls::DEFAULT_STREAM_TLS_PORT
         } else {
             5552
         })

@@ -44,7 +44,7 @@ impl Config {
             }
             check_positive(off.sync_interval_secs, "offset_storage.sync_interval_secs")?;
             // The database is rewritten every sync: with an object lock it must live where
-            // nothing is locked (`crate::storage::object_lock`).
+            // nothing is locked (`crate::repository::storage::object_lock`).
             let unlocked = |k: &str| k.split('/').nth(1) == Some("state");
             if let (Some(_), Some(key)) = (self.storage.object_lock(), &off.s3_key) {
                 if !unlocked(key) {

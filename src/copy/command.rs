@@ -1,7 +1,7 @@
 //! `rmq-backup copy`: its options (argh), progress bar and run.
 
 use super::{copy, CopyOptions, Progress};
-use crate::encryption::{Identities, Recipients};
+use crate::repository::encryption::{Identities, Recipients};
 use crate::error::{Error, Result};
 use crate::inspect::Format;
 use argh::FromArgs;
@@ -62,7 +62,7 @@ impl CopyCmd {
             )?)
         };
         let identities = Identities::load(self.identity_file.as_deref(), "--identity-file")?;
-        let open = |url: &str| crate::storage::open_url(&crate::storage::parse_storage_url(url)?);
+        let open = |url: &str| crate::repository::storage::open_url(&crate::repository::storage::parse_storage_url(url)?);
         let from = open(&self.from)?;
         let to = open(&self.to)?;
         if from.location() == to.location() {
@@ -71,7 +71,7 @@ impl CopyCmd {
                 from.location()
             )));
         }
-        crate::signals::install()?;
+        crate::run::signals::install()?;
         let opts = CopyOptions {
             backup_ids: self.backup_id,
             recipients,
@@ -83,7 +83,7 @@ impl CopyCmd {
         drop(bar);
         let report = report?;
         print!("{}", report.render(self.format)?);
-        if let Some(why) = crate::signals::stop_reason("copy") {
+        if let Some(why) = crate::run::signals::stop_reason("copy") {
             return Err(Error::Io(why));
         }
         Ok(if report.failed() { 1 } else { 0 })

@@ -28,12 +28,12 @@ mod report;
 
 pub use report::{BackupCopy, CopyReport};
 
-use crate::encryption::{self, Identities, Recipients};
+use crate::repository::encryption::{self, Identities, Recipients};
 use crate::error::{Error, Result};
-use crate::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
-use crate::segment::{sha256_file, SegmentReader};
-use crate::spool::SpoolDir;
-use crate::storage::Storage;
+use crate::repository::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
+use crate::repository::segment::{sha256_file, SegmentReader};
+use crate::repository::spool::SpoolDir;
+use crate::repository::storage::Storage;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,7 +98,7 @@ pub fn copy(
         if opts.recipients.is_some() || opts.identities.is_some() {
             let segs = m.queues.iter().flat_map(|q| &q.segments);
             if opts.recipients.is_some() || is_encrypted(&m) {
-                crate::fetch::check_readable(&m, opts.identities.as_ref(), segs, true)?;
+                crate::repository::fetch::check_readable(&m, opts.identities.as_ref(), segs, true)?;
             }
         }
         manifests.push(m);
@@ -118,7 +118,7 @@ pub fn copy(
     };
     for m in manifests {
         let id = m.backup_id.clone();
-        if crate::signals::requested().is_some() {
+        if crate::run::signals::requested().is_some() {
             break;
         }
         if m.completed_at.is_none() {
@@ -130,7 +130,7 @@ pub fn copy(
         match copy_backup(from, to, &m, opts, spool.path(), progress, &mut row) {
             Ok(()) => {}
             Err(e) => {
-                crate::logging::report_error(&e);
+                crate::run::logging::report_error(&e);
                 row.status = "failed";
                 row.error = Some(e.to_string());
             }
@@ -226,7 +226,7 @@ fn copy_backup(
         let mut entry = q.clone();
         entry.segments.clear();
         for batch in q.segments.chunks(BATCH) {
-            if let Some(why) = crate::signals::stop_reason("copy") {
+            if let Some(why) = crate::run::signals::stop_reason("copy") {
                 return Err(Error::Io(why));
             }
             let done = copy_segments(from, to, batch, &recorded, opts, spool, progress)?;
@@ -265,7 +265,7 @@ fn copy_backup(
         row.segments,
         row.segments_copied,
         row.segments_in_place,
-        crate::units::human_bytes(row.bytes_copied)
+        crate::run::units::human_bytes(row.bytes_copied)
     );
     Ok(())
 }
@@ -422,7 +422,7 @@ fn copy_definitions(
     let stored = from.get_bytes(&d.key)?;
     let readable = !encrypted || opts.identities.is_some();
     if readable {
-        let raw = crate::definitions::read_stored(from, d, opts.identities.as_ref())?;
+        let raw = crate::broker::definitions::read_stored(from, d, opts.identities.as_ref())?;
         if raw.len() as u64 != d.size_bytes {
             return Err(Error::Manifest(format!(
                 "{}: definitions are {} bytes but the manifest says {}",

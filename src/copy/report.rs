@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::inspect::Format;
-use crate::units::{human_bytes, table};
+use crate::run::units::{human_bytes, table};
 use serde::Serialize;
 use std::fmt::Write as _;
 

@@ -2,9 +2,9 @@
 //! here (the integration tests in tests/copy.rs copy real backups across the emulators).
 
 use super::*;
-use crate::encryption::generate;
-use crate::segment::{Compression, SegmentWriter};
-use crate::storage::memory::MemoryStorage;
+use crate::repository::encryption::generate;
+use crate::repository::segment::{Compression, SegmentWriter};
+use crate::repository::storage::memory::MemoryStorage;
 use std::sync::Arc;
 
 fn store(tag: &str) -> Arc<MemoryStorage> {
@@ -20,7 +20,7 @@ fn backup(s: &dyn Storage, id: &str, n: u64, dir: &Path) -> Manifest {
         let path = dir.join(format!("{id}-{seq}.rbak"));
         let mut w = SegmentWriter::create(&path, Compression::Zstd, 3).unwrap();
         for i in 0..3 {
-            let rec = crate::record::BackupRecord {
+            let rec = crate::repository::record::BackupRecord {
                 body: format!("message {seq}.{i}").into_bytes(),
                 properties: Default::default(),
                 headers: Vec::new(),
@@ -33,7 +33,7 @@ fn backup(s: &dyn Storage, id: &str, n: u64, dir: &Path) -> Manifest {
                 source_vhost: "/".into(),
             };
             let mut json = Vec::new();
-            crate::record::encode_record(&rec, &mut json);
+            crate::repository::record::encode_record(&rec, &mut json);
             w.append(&json, rec.backed_up_at).unwrap();
         }
         let f = w.finish().unwrap();
@@ -61,8 +61,8 @@ fn backup(s: &dyn Storage, id: &str, n: u64, dir: &Path) -> Manifest {
     m
 }
 
-fn temp(tag: &str) -> crate::spool::SpoolDir {
-    crate::spool::SpoolDir::create(&format!("copy-test-{tag}")).unwrap()
+fn temp(tag: &str) -> crate::repository::spool::SpoolDir {
+    crate::repository::spool::SpoolDir::create(&format!("copy-test-{tag}")).unwrap()
 }
 
 #[test]

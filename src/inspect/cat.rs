@@ -15,13 +15,13 @@
 
 use super::cat_json::CatLine;
 use crate::config::RestoreOptions;
-use crate::encryption::Identities;
+use crate::repository::encryption::Identities;
 use crate::error::{Error, Result};
-use crate::manifest::{Manifest, QueueBackup};
-use crate::record::BackupRecord;
+use crate::repository::manifest::{Manifest, QueueBackup};
+use crate::repository::record::BackupRecord;
 use crate::restore::segments::{decode_segments, segment_in_window};
-use crate::spool::SpoolDir;
-use crate::storage::Storage;
+use crate::repository::spool::SpoolDir;
+use crate::repository::storage::Storage;
 use argh::FromArgs;
 use std::io::Write;
 use std::sync::atomic::AtomicU64;
@@ -115,7 +115,7 @@ impl CatCmd {
         let time = |name: &str, v: &Option<String>| {
             v.as_deref()
                 .map(|s| {
-                    crate::units::parse_time(s).map_err(|e| Error::Config(format!("--{name}: {e}")))
+                    crate::run::units::parse_time(s).map_err(|e| Error::Config(format!("--{name}: {e}")))
                 })
                 .transpose()
         };
@@ -129,7 +129,7 @@ impl CatCmd {
             delimiter: unescape(&self.delimiter)?,
         };
         let keys = Identities::load(self.identity_file.as_deref(), "--identity-file")?;
-        let storage = crate::storage::open_url(&crate::storage::parse_storage_url(&self.path)?)?;
+        let storage = crate::repository::storage::open_url(&crate::repository::storage::parse_storage_url(&self.path)?)?;
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
         cat(
@@ -187,7 +187,7 @@ pub struct CatOutcome {
 /// backup; the storage's; `Manifest error:`; `Encryption error:` for an encrypted backup
 /// without `keys`, with keys that do not open every segment of the queues and window
 /// selected, or holding a segment in clear, before any record is written
-/// (`crate::fetch::check_readable`); `Serialization error:`
+/// (`crate::repository::fetch::check_readable`); `Serialization error:`
 /// for a segment that fails verification; `IO error: cannot write the output: ...` for other
 /// write failures.
 pub fn cat(
@@ -205,7 +205,7 @@ pub fn cat(
         ..RestoreOptions::default()
     };
     // Every segment this may read opens with `keys`, before anything is written.
-    crate::fetch::check_readable(
+    crate::repository::fetch::check_readable(
         &manifest,
         keys,
         queues
@@ -228,7 +228,7 @@ pub fn cat(
         let (window, outside, spool) = (&window, &outside, spool.path());
         let written = std::thread::scope(|s| {
             // The sender moves into the reader: when it ends, the loop below ends.
-            let decoder = crate::spool::spawn_named(s, "segment-reader", move || {
+            let decoder = crate::repository::spool::spawn_named(s, "segment-reader", move || {
                 decode_segments(window, storage, spool, q, &tx, outside, 0, 1, keys)
             });
             let written = write_queue(&rx, opts, out, &mut outcome);

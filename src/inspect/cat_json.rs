@@ -10,14 +10,14 @@
 //! ```
 //!
 //! Header types are the variant names of the record format (SPEC.md BackupHeaderValue and
-//! `crate::record::BackupHeaderValue`: `LongString`, `ShortShortInt`, `LongInt`, `Timestamp`,
+//! `crate::repository::record::BackupHeaderValue`: `LongString`, `ShortShortInt`, `LongInt`, `Timestamp`,
 //! `Decimal`, `Table`, `Array`, ...). Byte values (`Bytes`, and long strings that are not valid
 //! UTF-8) carry `"encoding":"base64"`; a `Table`'s value is a list of such header objects, an
 //! `Array`'s a list of `{"type","value"}` objects; `Void`'s value is null; `Decimal`'s is
 //! `{"scale","value"}` (value / 10^scale); non-finite floats are the strings `NaN`, `Infinity`,
 //! `-Infinity`.
 
-use crate::record::{BackupHeaderValue, BackupProperties, BackupRecord};
+use crate::repository::record::{BackupHeaderValue, BackupProperties, BackupRecord};
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -63,7 +63,7 @@ impl<'a> CatLine<'a> {
             delivery_tag: r.delivery_tag,
             redelivered: r.redelivered,
             backed_up_at: r.backed_up_at,
-            backed_up_at_utc: crate::units::rfc3339_ms(r.backed_up_at),
+            backed_up_at_utc: crate::run::units::rfc3339_ms(r.backed_up_at),
             properties: &r.properties,
             headers: r.headers.iter().map(|(k, v)| header(Some(k), v)).collect(),
             body_encoding,
@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn utc_with_millis() {
-        use crate::units::rfc3339_ms;
+        use crate::run::units::rfc3339_ms;
         assert_eq!(rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
         assert_eq!(rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
     }

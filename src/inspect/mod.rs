@@ -3,10 +3,10 @@
 //! JSON for scripts; `validate` returns a report whose `problems` decide exit code 3.
 
 use crate::error::{Error, Result};
-use crate::manifest::{self, Manifest};
+use crate::repository::manifest::{self, Manifest};
 use crate::now_ms;
-use crate::storage::Storage;
-use crate::units::{format_ms, human_bytes, table as render};
+use crate::repository::storage::Storage;
+use crate::run::units::{format_ms, human_bytes, table as render};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -120,8 +120,8 @@ fn read_manifest(storage: &dyn Storage, backup_id: &str) -> Result<Manifest> {
 
 /// The state of a backup (SPEC.md "States and transitions"): `completed` when its manifest has
 /// `completed_at`; otherwise `running` while the run lock of the backup (or of one of its
-/// parts, `crate::shard`) is live (see
-/// [`crate::lock`]: a heartbeat less than [`crate::lock::STALE_AFTER_MS`] old, from a run that has
+/// parts, `crate::repository::shard`) is live (see
+/// [`crate::repository::lock`]: a heartbeat less than [`crate::repository::lock::STALE_AFTER_MS`] old, from a run that has
 /// not ended and whose process is not known to be gone), else `interrupted`.
 ///
 /// Errors: storage failures reading the lock.
@@ -132,12 +132,12 @@ pub fn status(storage: &dyn Storage, m: &Manifest) -> Result<&'static str> {
     let names = match m.parts {
         // A sharded backup runs while any of its parts does.
         Some(count) => (0..count)
-            .map(|i| crate::lock::LockName::part(&m.backup_id, i, count))
+            .map(|i| crate::repository::lock::LockName::part(&m.backup_id, i, count))
             .collect(),
-        None => vec![crate::lock::LockName::backup(&m.backup_id)],
+        None => vec![crate::repository::lock::LockName::backup(&m.backup_id)],
     };
     for name in &names {
-        if crate::lock::read_named(storage, name)?.is_some_and(|l| l.is_live(now_ms())) {
+        if crate::repository::lock::read_named(storage, name)?.is_some_and(|l| l.is_live(now_ms())) {
             return Ok("running");
         }
     }
@@ -201,7 +201,7 @@ pub fn list(storage: &dyn Storage) -> Result<BackupList> {
 /// The segment format versions of a backup's segments (docs/segment-format.md), as the
 /// manifest records them: `version 1`, `version 2`, or each version with its segment count
 /// when they differ (`version 1 (3 segments), version 2 (5 segments)`); `-` without segments.
-fn segment_versions(m: &crate::manifest::Manifest) -> String {
+fn segment_versions(m: &crate::repository::manifest::Manifest) -> String {
     let mut counts = std::collections::BTreeMap::<u8, u64>::new();
     for s in m.queues.iter().flat_map(|q| &q.segments) {
         *counts.entry(s.version()).or_default() += 1;
@@ -333,7 +333,7 @@ pub fn describe(storage: &dyn Storage, backup_id: &str, format: Format) -> Resul
 
 /// The messages a queue held unacknowledged when its read started, and how many of them the
 /// backup left out (`500 (500 left out)`); `-` when not recorded (streams, older backups).
-fn unacked_at_start(q: &crate::manifest::QueueBackup) -> String {
+fn unacked_at_start(q: &crate::repository::manifest::QueueBackup) -> String {
     match (q.messages_unacknowledged_at_start, q.messages_left_out) {
         (None, None) => "-".into(),
         (n, None) => n.unwrap_or(0).to_string(),

@@ -81,7 +81,7 @@ impl std::fmt::Display for Subset {
         match self {
             Subset::Slice { n, t } => write!(f, "{n}/{t}"),
             Subset::Percent(p) => write!(f, "{p}%"),
-            Subset::Size(b) => write!(f, "{}", crate::units::human_bytes(*b)),
+            Subset::Size(b) => write!(f, "{}", crate::run::units::human_bytes(*b)),
         }
     }
 }

@@ -9,12 +9,12 @@
 
 use super::subset::Subset;
 use super::{read_manifest, render, status, to_json, Format};
-use crate::encryption::Identities;
+use crate::repository::encryption::Identities;
 use crate::error::{Error, Result};
-use crate::fetch::{fetch_segment, FetchedSegment};
-use crate::manifest;
-use crate::spool::SpoolDir;
-use crate::storage::Storage;
+use crate::repository::fetch::{fetch_segment, FetchedSegment};
+use crate::repository::manifest;
+use crate::repository::spool::SpoolDir;
+use crate::repository::storage::Storage;
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -77,7 +77,7 @@ impl ValidationReport {
                     format!(
                         ", {} of them read ({}), {} records verified",
                         self.segments_read,
-                        crate::units::human_bytes(self.bytes_read),
+                        crate::run::units::human_bytes(self.bytes_read),
                         self.records_checked
                     )
                 } else if self.deep {
@@ -129,7 +129,7 @@ pub fn validate(storage: &dyn Storage, backup_id: &str, deep: bool) -> Result<Va
 ///
 /// Errors: as [`validate`]; with `deep`, `Encryption error:` before anything is fetched when
 /// the backup is encrypted and `keys` are missing, do not open every segment and the
-/// definitions, or one of them is stored in clear (`crate::fetch::check_readable`). A stored
+/// definitions, or one of them is stored in clear (`crate::repository::fetch::check_readable`). A stored
 /// segment that does not decrypt with a right key, or is no age file, is damage (a problem),
 /// not an error.
 pub fn validate_with_keys(
@@ -168,7 +168,7 @@ pub fn validate_subset(
     };
     if deep {
         // The segments read and the definitions: the identity opens each, none is in clear.
-        crate::fetch::check_readable(
+        crate::repository::fetch::check_readable(
             &m,
             keys,
             all.iter().zip(&read).filter(|(_, r)| **r).map(|(s, _)| *s),
@@ -482,7 +482,7 @@ fn check_definitions(
             Some(_) => Ok(()),
         };
     }
-    let raw = crate::definitions::read_stored(storage, d, keys)?;
+    let raw = crate::broker::definitions::read_stored(storage, d, keys)?;
     serde_json::from_slice::<serde_json::Value>(&raw)
         .map_err(|e| Error::Serialization(format!("definitions file is not JSON: {e}")))?;
     if raw.len() as u64 != d.size_bytes {

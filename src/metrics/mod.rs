@@ -182,7 +182,7 @@ pub struct Metrics {
     /// (`offset_storage` is not supported yet).
     pub checkpoint_syncs: Counter,
     /// `broker_backup_checkpoint_sync_failures` (no labels): checkpoint database syncs to
-    /// storage that failed (`crate::checkpoint::sync`; a periodic one is tried again at the
+    /// storage that failed (`crate::repository::checkpoint::sync`; a periodic one is tried again at the
     /// next interval). Not in SPEC.md's list.
     pub checkpoint_sync_failures: Counter,
     /// `broker_backup_errors` (ErrorLabels).
@@ -200,7 +200,7 @@ pub struct Metrics {
     pub queue_retries: CounterFamily,
     /// `broker_storage_retries` (labels `backend`, `outcome`: `succeeded` or `failed`):
     /// storage requests made again after a transient failure (5xx, 408, 429, a timeout, a
-    /// reset), by the outcome of the operation they belong to (`crate::storage::retry`). Not in
+    /// reset), by the outcome of the operation they belong to (`crate::repository::storage::retry`). Not in
     /// SPEC.md's list.
     pub storage_retries: CounterFamily<2>,
     /// `broker_backup_retention_runs` (label `outcome`: `succeeded` or `failed`): the

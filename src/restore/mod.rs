@@ -24,21 +24,21 @@ mod raw_stream;
 pub(crate) mod segments;
 mod target;
 
-use crate::amqp::ConnectOptions;
+use crate::broker::amqp::ConnectOptions;
 use crate::broker::{BrokerVersion, QueueType};
-use crate::checkpoint::Checkpoints;
+use crate::repository::checkpoint::Checkpoints;
 use crate::config::RestoreEncryption;
 use crate::config::{Config, PublishMode, RestoreOptions, StreamOffsets, TargetConfig};
-use crate::definitions;
-use crate::encryption::Identities;
+use crate::broker::definitions;
+use crate::repository::encryption::Identities;
 use crate::error::{Error, Result};
-use crate::management::ManagementClient;
-use crate::manifest::{Manifest, QueueBackup};
+use crate::broker::management::ManagementClient;
+use crate::repository::manifest::{Manifest, QueueBackup};
 use crate::metrics::{self, Counter};
-use crate::nodes::Nodes;
-use crate::progress;
-use crate::spool::{spawn_named, SpoolDir};
-use crate::storage::Storage;
+use crate::broker::nodes::Nodes;
+use crate::run::progress;
+use crate::repository::spool::{spawn_named, SpoolDir};
+use crate::repository::storage::Storage;
 use outgoing::Outgoing;
 use plan::{
     check_segments_exist, create_missing_queues, mark_converted, report_rerun, restore_key,
@@ -89,7 +89,7 @@ fn run_job(
     // identity is missing or does not open every file this restore reads (the segments of
     // the time window; every queue is restored), or one of them is stored in clear.
     let keys = RestoreEncryption::identities(opts.encryption.as_ref())?;
-    crate::fetch::check_readable(
+    crate::repository::fetch::check_readable(
         &manifest,
         keys.as_ref(),
         manifest
@@ -109,7 +109,7 @@ fn run_job(
         ..Default::default()
     };
 
-    let resolved = crate::tls::resolve(
+    let resolved = crate::broker::tls::resolve(
         &target.amqp_url,
         target.management_url.as_ref(),
         target.tls.as_ref(),
@@ -208,13 +208,13 @@ fn run_job(
                     break;
                 };
                 let mut entry = summary.queues[*index].clone();
-                let _log = crate::logging::queue_scope(&entry.source_vhost, &entry.source_queue);
+                let _log = crate::run::logging::queue_scope(&entry.source_vhost, &entry.source_queue);
                 let checkpoint = checkpoints.as_ref().map(|cp| QueueCheckpoint {
                     store: cp,
                     key: restore_key(backup_id, &entry),
                     interval: Duration::from_secs(opts.checkpoint_interval_secs.max(1)),
                 });
-                let r = match crate::signals::stop_reason("restore") {
+                let r = match crate::run::signals::stop_reason("restore") {
                     Some(why) => Err(Error::Io(why)),
                     None => restore_queue(
                         &nodes,
@@ -302,7 +302,7 @@ fn target_version(mgmt: &ManagementClient) -> Result<Option<BrokerVersion>> {
 
 fn management(
     target: &TargetConfig,
-    tls: Option<&crate::tls::TlsClient>,
+    tls: Option<&crate::broker::tls::TlsClient>,
 ) -> Result<Option<ManagementClient>> {
     match (
         &target.management_url,
@@ -428,7 +428,7 @@ fn restore_queue(
     );
     // One thread fetches, verifies and decodes segments; this one publishes. Batches in between
     // keep memory bounded while decoding overlaps the wait for confirms.
-    let mut stream_options = crate::stream::StreamOptions::from_amqp_url(&options.url, stream_port);
+    let mut stream_options = crate::broker::stream::StreamOptions::from_amqp_url(&options.url, stream_port);
     stream_options.tls = options.tls.clone();
     stream_options.connection_name = options.connection_name.clone();
     let mut translation = consumer_offsets(opts, backup, entry);
@@ -439,7 +439,7 @@ fn restore_queue(
     let (decoded, published) = std::thread::scope(|s| {
         // The sender moves into the decoder: when it ends, the publisher's loop ends.
         let decoder = spawn_named(s, "segment-decoder", move || {
-            let _log = crate::logging::queue_scope(&backup.vhost, &backup.name);
+            let _log = crate::run::logging::queue_scope(&backup.vhost, &backup.name);
             decode_segments(
                 opts,
                 storage,

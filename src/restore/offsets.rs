@@ -20,8 +20,8 @@
 //! publishes to the target stream during the restore (README says so).
 
 use crate::error::{Error, Result};
-use crate::stream::offsets::last_offset;
-use crate::stream::{StreamConnection, StreamOptions};
+use crate::broker::stream::offsets::last_offset;
+use crate::broker::stream::{StreamConnection, StreamOptions};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

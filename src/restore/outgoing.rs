@@ -10,9 +10,9 @@
 
 use super::raw_stream::is_raw;
 use super::segments::Decoded;
-use crate::amqp::codec::EncodedProperties;
+use crate::broker::amqp::codec::EncodedProperties;
 use crate::error::Result;
-use crate::record::{BackupHeaderValue, BackupRecord};
+use crate::repository::record::{BackupHeaderValue, BackupRecord};
 
 /// One record, ready for `basic.publish`.
 pub(crate) struct Outgoing {

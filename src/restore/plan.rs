@@ -4,13 +4,13 @@
 
 use super::segments::segment_in_window;
 use crate::broker::QueueType;
-use crate::checkpoint::RestoreKey;
+use crate::repository::checkpoint::RestoreKey;
 use crate::config::RestoreOptions;
-use crate::definitions::ImportSummary;
+use crate::broker::definitions::ImportSummary;
 use crate::error::{Error, Result};
-use crate::management::ManagementClient;
-use crate::manifest::Manifest;
-use crate::storage::Storage;
+use crate::broker::management::ManagementClient;
+use crate::repository::manifest::Manifest;
+use crate::repository::storage::Storage;
 use std::time::Duration;
 
 /// What a restore did (or, in a dry run, would do).
@@ -53,7 +53,7 @@ pub struct QueueRestore {
     /// store are refused before they are published.
     pub target_is_stream: bool,
     /// The node that hosts the target queue (management API), published through when it has
-    /// a node-local address (`crate::nodes`).
+    /// a node-local address (`crate::broker::nodes`).
     pub target_node: Option<String>,
     /// Messages in the backup for this queue.
     pub in_backup: u64,

@@ -6,8 +6,8 @@ use super::offsets::Translation;
 use super::outgoing::Outgoing;
 use super::raw_stream::StreamTarget;
 use super::QueueRestore;
-use crate::amqp::Channel;
-use crate::checkpoint::{Checkpoints, RestoreKey};
+use crate::broker::amqp::Channel;
+use crate::repository::checkpoint::{Checkpoints, RestoreKey};
 use crate::config::{PublishMode, RestoreOptions};
 use crate::error::{Error, Result};
 use crate::metrics::{Counter, RestoreQueueMetrics};
@@ -100,7 +100,7 @@ impl Publisher<'_> {
                             "queue {} in vhost {}: records hold whole AMQP 1.0 stream messages, which AMQP 0-9-1 cannot express; they are published with those bytes as the body and the header {} (restore into a stream to get the messages back as they were)",
                             entry.target_queue,
                             entry.target_vhost,
-                            crate::stream::amqp10::RAW_BODY_HEADER
+                            crate::broker::stream::amqp10::RAW_BODY_HEADER
                         );
                     }
                 }
@@ -147,7 +147,7 @@ impl Publisher<'_> {
             }
             // Counts the confirms so far without waiting: the metrics stay current.
             settle(channel, u64::MAX, entry, m)?;
-            if let Some(why) = crate::signals::stop_reason("restore") {
+            if let Some(why) = crate::run::signals::stop_reason("restore") {
                 settle(channel, 0, entry, m)?;
                 self.save_checkpoint(entry)?;
                 return Err(Error::Io(why));

@@ -1,4 +1,4 @@
-//! Stream messages stored whole (`crate::stream::amqp10::RAW_BODY_HEADER`) published back
+//! Stream messages stored whole (`crate::broker::stream::amqp10::RAW_BODY_HEADER`) published back
 //! into a stream over the stream protocol, so that the target stream holds the same AMQP 1.0
 //! bytes as the source did (over AMQP 0-9-1 they would become the body of a new message).
 //!
@@ -8,9 +8,9 @@
 //! order.
 
 use crate::error::{Error, Result};
-use crate::record::{BackupHeaderValue, BackupRecord};
-use crate::stream::amqp10::{RAW_BODY_HEADER, RAW_BODY_VALUE};
-use crate::stream::{Publisher, StreamConnection, StreamOptions};
+use crate::repository::record::{BackupHeaderValue, BackupRecord};
+use crate::broker::stream::amqp10::{RAW_BODY_HEADER, RAW_BODY_VALUE};
+use crate::broker::stream::{Publisher, StreamConnection, StreamOptions};
 use std::time::Duration;
 
 /// Longest wait for the confirms of one batch.

@@ -3,14 +3,14 @@
 //! is used, decoded, filtered by the window, and sent in batches to the publisher, in order.
 
 use crate::config::RestoreOptions;
-use crate::encryption::Identities;
+use crate::repository::encryption::Identities;
 use crate::error::{Error, Result};
-use crate::fetch::{fetch_segment, FetchedSegment};
-use crate::manifest::{QueueBackup, SegmentMetadata};
-use crate::record::BackupRecord;
-use crate::segment::{RawRecord, SegmentReader};
-use crate::spool::unique_file;
-use crate::storage::Storage;
+use crate::repository::fetch::{fetch_segment, FetchedSegment};
+use crate::repository::manifest::{QueueBackup, SegmentMetadata};
+use crate::repository::record::BackupRecord;
+use crate::repository::segment::{RawRecord, SegmentReader};
+use crate::repository::spool::unique_file;
+use crate::repository::storage::Storage;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -130,7 +130,7 @@ pub(crate) fn decode_segments<T: Decoded>(
     }
     let (order_tx, order_rx) = crossbeam_channel::bounded::<Pending<T>>(workers);
     std::thread::scope(|s| {
-        let forwarder = crate::spool::spawn_named(s, "record-forwarder", move || {
+        let forwarder = crate::repository::spool::spawn_named(s, "record-forwarder", move || {
             let mut forward = Forward::new(tx, outside_window, opts, skip);
             for done in order_rx {
                 let records = done
@@ -231,8 +231,8 @@ fn read_segments(
             rxs.push(rx);
             let mine: Vec<&SegmentMetadata> =
                 todo.iter().skip(r).step_by(readers).copied().collect();
-            handles.push(crate::spool::spawn_named(s, "segment-reader", move || {
-                let _log = crate::logging::queue_scope(&backup.vhost, &backup.name);
+            handles.push(crate::repository::spool::spawn_named(s, "segment-reader", move || {
+                let _log = crate::run::logging::queue_scope(&backup.vhost, &backup.name);
                 for segment in mine {
                     let mut send = |chunk| Ok(tx.send(Piece::Chunk(chunk)).is_ok());
                     let read =
@@ -392,7 +392,7 @@ fn with_key(e: Error, segment: &SegmentMetadata) -> Error {
     }
 }
 
-/// Checks the record count of a verified segment (`crate::fetch::fetch_segment` checked its
+/// Checks the record count of a verified segment (`crate::repository::fetch::fetch_segment` checked its
 /// CRC32 and SHA-256) against the manifest before anything of it is published, so a segment
 /// that is not the one the backup wrote (a leftover of another run) is refused.
 fn check_count(reader: &SegmentReader, segment: &SegmentMetadata) -> Result<()> {

@@ -1,17 +1,17 @@
 //! What a restore learns of its target before it publishes, from one listing of the management
 //! API (when `target.management_url` is set): which target queues are streams (their records
 //! go differently: `super::publish`, `super::raw_stream`), and the node that hosts each, so
-//! that a queue is published through a connection to its own node (`crate::nodes`: the cluster
+//! that a queue is published through a connection to its own node (`crate::broker::nodes`: the cluster
 //! then does not forward every message to it). A queue the restore creates lives on the node
 //! its declaring connection went to (RabbitMQ's default `client-local` locator), so its
 //! messages are local too.
 
 use super::QueueRestore;
-use crate::amqp::AmqpUrl;
+use crate::broker::amqp::AmqpUrl;
 use crate::broker::QueueType;
 use crate::error::Result;
-use crate::management::{ManagementClient, QueueInfo};
-use crate::nodes::Nodes;
+use crate::broker::management::{ManagementClient, QueueInfo};
+use crate::broker::nodes::Nodes;
 use std::collections::{BTreeMap, HashMap};
 
 /// Sets each queue's `target_is_stream` and `target_node`, and returns the target's nodes

@@ -1,7 +1,7 @@
 use super::publish::RateLimiter;
 use super::segments::{in_window, segment_in_window, segments_to_read};
 use super::*;
-use crate::manifest::SegmentMetadata;
+use crate::repository::manifest::SegmentMetadata;
 
 #[test]
 fn rate_limiter_spaces_publishes() {

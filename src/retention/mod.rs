@@ -3,9 +3,9 @@
 //! others, and `--prune` of orphaned objects ([`prune`]); [`report`] renders the outcome.
 //!
 //! What is never removed, whatever the policy:
-//! - a backup whose run lock (or a part's, `crate::shard`) is held by a run that may be alive:
+//! - a backup whose run lock (or a part's, `crate::repository::shard`) is held by a run that may be alive:
 //!   not ended and written within the lock's takeover time by the storage's own clock
-//!   (`crate::lock::Judge::busy`), checked when the backups are evaluated; a backup being
+//!   (`crate::repository::lock::Judge::busy`), checked when the backups are evaluated; a backup being
 //!   deleted is under forget's own hold of those locks (taken as a run takes them, deleted while
 //!   still held), so no run starts on it meanwhile, nor loses its lock to the delete;
 //! - an `interrupted` backup created after the newest completed one (a rerun may resume it);
@@ -30,10 +30,10 @@ pub use policy::{Count, Policy, Reason, Within};
 pub use report::{BackupDecision, ForgetReport};
 
 use crate::error::{Error, Result};
-use crate::lock::{Judge, LockInfo, LockName, RunLock, Timing};
-use crate::manifest::{manifest_key, Manifest};
+use crate::repository::lock::{Judge, LockInfo, LockName, RunLock, Timing};
+use crate::repository::manifest::{manifest_key, Manifest};
 use crate::now_ms;
-use crate::storage::Storage;
+use crate::repository::storage::Storage;
 use std::sync::Arc;
 
 /// Default age an orphaned object must reach before `--prune` deletes it: 24 hours, far longer
@@ -77,7 +77,7 @@ pub fn after_backup_of(cfg: &crate::config::Config, storage: &Arc<dyn Storage>) 
 }
 
 /// The storage keys a configuration's checkpoint database is synced to
-/// (`offset_storage.s3_key`, `crate::checkpoint::sync`): what `forget` never deletes.
+/// (`offset_storage.s3_key`, `crate::repository::checkpoint::sync`): what `forget` never deletes.
 pub fn checkpoint_keys(cfg: &crate::config::Config) -> Vec<String> {
     cfg.offset_storage
         .iter()
@@ -291,7 +291,7 @@ fn retained(
     Ok(until.filter(|t| *t > now_ms()).map(|t| {
         format!(
             "{}: the storage refuses to delete it before then; a later forget removes it",
-            crate::storage::object_lock::locked_until(t)
+            crate::repository::storage::object_lock::locked_until(t)
         )
     }))
 }
@@ -430,7 +430,7 @@ pub fn delete_backup(
     let mut deleted = 0u64;
     let mut first = Vec::new();
     if parts.is_some() {
-        let mut part_keys = storage.list(&crate::shard::parts_prefix(backup_id))?;
+        let mut part_keys = storage.list(&crate::repository::shard::parts_prefix(backup_id))?;
         part_keys.retain(|k| k.ends_with(".json"));
         if let Some(k) = part_keys.into_iter().next() {
             first.push(k);

@@ -19,7 +19,7 @@
 //! - a count may be [`Count::Unlimited`] (restic's `unlimited`, or `-1`): every bucket;
 //! - the union is kept: a backup kept by any rule is kept, with every rule that keeps it.
 
-use crate::units::{civil_from_days, days_from_civil};
+use crate::run::units::{civil_from_days, days_from_civil};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::units::days_from_civil;
+use crate::run::units::days_from_civil;
 
 /// Epoch ms of a UTC date and hour.
 fn at(y: i64, m: u32, d: u32, h: i64) -> i64 {

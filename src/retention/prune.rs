@@ -1,7 +1,7 @@
 //! `forget --prune`: orphaned objects, deleted once older than the grace period.
 //!
 //! Only what has the shape of a backup's own object is ever pruned ([`Shape`], SPEC.md
-//! "Storage layout", `crate::manifest`, `crate::shard`, `crate::lock`): `{id}/manifest.json`,
+//! "Storage layout", `crate::repository::manifest`, `crate::repository::shard`, `crate::repository::lock`): `{id}/manifest.json`,
 //! segments `{id}/queues/{vhost}/{queue}/segment-<n>[.zst|.lz4][.age]`, the definitions
 //! `{id}/definitions/definitions.json[.zst|.lz4][.age]` and the restore's
 //! `{id}/definitions/rollback-before-import-*`, parts `{id}/parts/<i>-of-<n>.json`, run locks
@@ -20,7 +20,7 @@
 //!
 //! - under any backup prefix: an unfinished write whose writer is gone (the filesystem
 //!   backend's `<name>.partial-<pid>-<n>` of a process not running on this host,
-//!   `crate::storage::partials`) that was to become one of the objects above.
+//!   `crate::repository::storage::partials`) that was to become one of the objects above.
 //!
 //! Never touched: a prefix whose run lock is busy (`super::busy`), an interrupted backup (a
 //! rerun resumes from what it stored), a backup whose manifest cannot be read, and any object
@@ -29,10 +29,10 @@
 
 use super::{busy_judged, Options};
 use crate::error::Result;
-use crate::lock::{Judge, Timing};
-use crate::manifest::Manifest;
+use crate::repository::lock::{Judge, Timing};
+use crate::repository::manifest::Manifest;
 use crate::now_ms;
-use crate::storage::Storage;
+use crate::repository::storage::Storage;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -154,7 +154,7 @@ fn by_age(modified_at: Option<i64>, cutoff: Option<i64>, grace: &str) -> (bool, 
     }
 }
 
-/// The unfinished writes under `{id}/` whose writer is gone (`crate::storage::partials`) that
+/// The unfinished writes under `{id}/` whose writer is gone (`crate::repository::storage::partials`) that
 /// were to become one of the backup's own objects ([`Shape`]) and no key [`protects`] keeps:
 /// orphans like any other, removed once older than the grace period (unless a dry run).
 /// Removal failures are added to `errors`.
@@ -171,7 +171,7 @@ fn stale_partials(
     let grace = opts.prune_grace.to_string();
     let mut out = Vec::new();
     for (name, modified_at) in storage.stale_partials(&format!("{id}/"))? {
-        let Some(rest) = crate::storage::partials::final_name(&name)
+        let Some(rest) = crate::repository::storage::partials::final_name(&name)
             .and_then(|f| f.strip_prefix(id))
             .and_then(|r| r.strip_prefix('/'))
         else {

@@ -2,7 +2,7 @@
 
 use super::prune::Orphan;
 use crate::error::{Error, Result};
-use crate::units::{format_ms, table};
+use crate::run::units::{format_ms, table};
 use serde::Serialize;
 use std::fmt::Write as _;
 

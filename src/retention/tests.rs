@@ -2,7 +2,7 @@
 //! tests/forget.rs use backups made by the tool against the broker).
 
 use super::*;
-use crate::storage::memory::MemoryStorage;
+use crate::repository::storage::memory::MemoryStorage;
 use std::sync::Arc;
 
 const DAY: i64 = 86_400_000;
@@ -18,13 +18,13 @@ fn backup(s: &dyn Storage, id: &str, created: i64, completed: bool) {
     let mut m = Manifest::new(id, created);
     m.completed_at = completed.then_some(created + 1000);
     let seg = format!("{id}/queues/_default/q/segment-0001.zst");
-    m.queues.push(crate::manifest::QueueBackup {
+    m.queues.push(crate::repository::manifest::QueueBackup {
         vhost: "/".into(),
         name: "q".into(),
         queue_type: crate::broker::QueueType::Classic,
-        segments: vec![crate::manifest::SegmentMetadata {
+        segments: vec![crate::repository::manifest::SegmentMetadata {
             checksum: "0".repeat(64),
-            ..crate::manifest::SegmentMetadata::example(seg.clone(), 1, 1)
+            ..crate::repository::manifest::SegmentMetadata::example(seg.clone(), 1, 1)
         }],
         message_count: 1,
         first_message_timestamp: None,
@@ -132,7 +132,7 @@ fn a_busy_lock_keeps_a_backup_and_its_prefix() {
     let s = store(line!());
     backup(s.as_ref(), "a", 0, true);
     backup(s.as_ref(), "b", DAY, true);
-    let lock = crate::lock::RunLock::acquire(s.clone(), "a").unwrap();
+    let lock = crate::repository::lock::RunLock::acquire(s.clone(), "a").unwrap();
     let mut o = opts(last(1));
     o.prune = true;
     o.prune_grace = Within::parse("0h").unwrap();
@@ -153,7 +153,7 @@ fn a_sharded_backup_loses_a_part_before_its_manifest() {
     for i in 0..2u32 {
         let mut m = Manifest::new("sh", DAY);
         m.completed_at = Some(DAY + 5);
-        m.shard = Some(crate::manifest::Shard { index: i, count: 2 });
+        m.shard = Some(crate::repository::manifest::Shard { index: i, count: 2 });
         s.put_bytes(
             &format!("sh/parts/{i}-of-2.json"),
             m.to_json_pretty().unwrap().as_bytes(),
@@ -221,8 +221,8 @@ fn prune_takes_old_orphans_only() {
         .unwrap()
         .is_some());
     // On the filesystem, with times: a grace of 0h takes them, and nothing else.
-    let dir = crate::storage::conformance::TempDir::new("prune");
-    let fs = crate::storage::open_filesystem(&dir.0, None).unwrap();
+    let dir = crate::repository::storage::conformance::TempDir::new("prune");
+    let fs = crate::repository::storage::open_filesystem(&dir.0, None).unwrap();
     backup(fs.as_ref(), "a", 0, true);
     fs.put_bytes("a/queues/_default/q/segment-0002.zst", b"orphan")
         .unwrap();
@@ -282,11 +282,11 @@ fn the_report_renders_as_text_and_json() {
 
 #[test]
 fn prune_leaves_the_prefix_of_a_run_that_holds_its_lock() {
-    let dir = crate::storage::conformance::TempDir::new("prune-busy");
-    let fs = crate::storage::open_filesystem(&dir.0, None).unwrap();
+    let dir = crate::repository::storage::conformance::TempDir::new("prune-busy");
+    let fs = crate::repository::storage::open_filesystem(&dir.0, None).unwrap();
     backup(fs.as_ref(), "done", 0, true);
     // A run that has taken its lock and stored a segment, before its first manifest.
-    let lock = crate::lock::RunLock::acquire(fs.clone(), "starting").unwrap();
+    let lock = crate::repository::lock::RunLock::acquire(fs.clone(), "starting").unwrap();
     fs.put_bytes("starting/queues/_default/q/segment-0001.zst", b"fresh")
         .unwrap();
     let mut o = opts(last(1));
@@ -346,8 +346,8 @@ fn only_objects_of_a_backups_shape_are_pruned() {
 /// deleted with the backup it lies in.
 #[test]
 fn checkpoint_databases_are_never_pruned() {
-    let dir = crate::storage::conformance::TempDir::new("prune-ckpt");
-    let fs = crate::storage::open_filesystem(&dir.0, None).unwrap();
+    let dir = crate::repository::storage::conformance::TempDir::new("prune-ckpt");
+    let fs = crate::repository::storage::open_filesystem(&dir.0, None).unwrap();
     backup(fs.as_ref(), "new", 2 * DAY, true);
     backup(fs.as_ref(), "old", DAY, true);
     fs.put_bytes("nightly/state/offsets.db", b"SQLite").unwrap();
@@ -381,11 +381,11 @@ fn checkpoint_databases_are_never_pruned() {
 /// just before a run lock is deleted, and gives it until the delete to get the lock.
 struct RunStartsAtLockDelete {
     inner: Arc<dyn Storage>,
-    started: std::sync::Mutex<Option<std::thread::JoinHandle<crate::lock::RunLock>>>,
+    started: std::sync::Mutex<Option<std::thread::JoinHandle<crate::repository::lock::RunLock>>>,
 }
 
 /// The other run's timing: heartbeat 50 ms, lease 400 ms, takeover 800 ms.
-const OTHER_RUN: crate::lock::Timing = crate::lock::Timing {
+const OTHER_RUN: crate::repository::lock::Timing = crate::repository::lock::Timing {
     heartbeat: std::time::Duration::from_millis(50),
     lease: std::time::Duration::from_millis(400),
     takeover: std::time::Duration::from_millis(800),
@@ -416,7 +416,7 @@ impl Storage for RunStartsAtLockDelete {
             let (storage, id) = (self.inner.clone(), k.split('/').next().unwrap().to_string());
             let (tx, rx) = std::sync::mpsc::channel();
             *started = Some(std::thread::spawn(move || {
-                let lock = crate::lock::RunLock::acquire_with(storage, &id, OTHER_RUN)
+                let lock = crate::repository::lock::RunLock::acquire_with(storage, &id, OTHER_RUN)
                     .expect("the other run takes the lock");
                 let _ = tx.send(());
                 lock
@@ -428,24 +428,24 @@ impl Storage for RunStartsAtLockDelete {
         drop(started);
         self.inner.delete(k)
     }
-    fn put_bytes_new(&self, k: &str, d: &[u8]) -> Result<crate::storage::Conditional> {
+    fn put_bytes_new(&self, k: &str, d: &[u8]) -> Result<crate::repository::storage::Conditional> {
         self.inner.put_bytes_new(k, d)
     }
-    fn put_file_new(&self, k: &str, p: &std::path::Path) -> Result<crate::storage::Conditional> {
+    fn put_file_new(&self, k: &str, p: &std::path::Path) -> Result<crate::repository::storage::Conditional> {
         self.inner.put_file_new(k, p)
     }
     fn get_with_version(
         &self,
         k: &str,
-    ) -> Result<Option<(Vec<u8>, crate::storage::ObjectVersion)>> {
+    ) -> Result<Option<(Vec<u8>, crate::repository::storage::ObjectVersion)>> {
         self.inner.get_with_version(k)
     }
     fn put_bytes_if(
         &self,
         k: &str,
         d: &[u8],
-        v: &crate::storage::ObjectVersion,
-    ) -> Result<crate::storage::Conditional> {
+        v: &crate::repository::storage::ObjectVersion,
+    ) -> Result<crate::repository::storage::Conditional> {
         self.inner.put_bytes_if(k, d, v)
     }
     fn location(&self) -> String {
@@ -477,7 +477,7 @@ fn a_run_starting_while_forget_deletes_its_backup_keeps_its_lock() {
         .expect("the other run got the lock");
     std::thread::sleep(OTHER_RUN.heartbeat * 4);
     assert_eq!(other.lost(), None, "the other run still holds its lock");
-    let stored = crate::lock::read(inner.as_ref(), "a").unwrap();
+    let stored = crate::repository::lock::read(inner.as_ref(), "a").unwrap();
     assert_eq!(
         stored.map(|l| l.run_id),
         Some(other.run_id().to_string()),

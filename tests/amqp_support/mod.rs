@@ -1,7 +1,7 @@
 #![allow(dead_code)]
 //! Helpers for tests against the local broker: a vhost per test, deleted on drop.
 
-use rmq_backup::amqp::{AmqpUrl, BasicProperties, ConnectOptions, Connection, FieldValue};
+use rmq_backup::broker::amqp::{AmqpUrl, BasicProperties, ConnectOptions, Connection, FieldValue};
 
 pub struct Vhost {
     pub name: String,
@@ -142,8 +142,8 @@ pub fn rich_properties(i: u32) -> BasicProperties {
 /// Publishes hand-made frames over a raw connection (no validation on our side), to put
 /// messages the typed API cannot express (non-UTF-8 short strings) into a queue.
 pub mod raw {
-    use rmq_backup::amqp::codec::*;
-    use rmq_backup::amqp::transport::{FrameReader, Transport};
+    use rmq_backup::broker::amqp::codec::*;
+    use rmq_backup::broker::amqp::transport::{FrameReader, Transport};
     use std::io::Write;
     use std::time::Duration;
 
@@ -188,7 +188,7 @@ pub mod raw {
                 Method::ConnectionStartOk {
                     client_properties: Vec::new(),
                     mechanism: "PLAIN".into(),
-                    response: rmq_backup::amqp::codec::Secret(b"\0guest\0guest".to_vec()),
+                    response: rmq_backup::broker::amqp::codec::Secret(b"\0guest\0guest".to_vec()),
                     locale: "en_US".into(),
                 },
             );

@@ -19,11 +19,11 @@ pub const AZ_KEY: &str =
 pub const AZ_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
 
 /// A container on Azurite for one test, deleted with its blobs on drop.
-pub struct AzContainer(pub rmq_backup::storage::azure::AzureBlobStorage, pub String);
+pub struct AzContainer(pub rmq_backup::repository::storage::azure::AzureBlobStorage, pub String);
 
 impl AzContainer {
     pub fn new(tag: &str) -> AzContainer {
-        use rmq_backup::storage::azure::{AzureBlobStorage, AzureOptions};
+        use rmq_backup::repository::storage::azure::{AzureBlobStorage, AzureOptions};
         let name = unique(tag);
         let cfg = rmq_backup::config::AzureStorage {
             account_name: AZ_ACCOUNT.into(),
@@ -68,8 +68,8 @@ impl GcsBucket {
         GcsBucket(name)
     }
 
-    pub fn storage(&self) -> std::sync::Arc<dyn rmq_backup::storage::Storage> {
-        use rmq_backup::storage::gcs::{Credentials, GcsBackend, GcsOptions};
+    pub fn storage(&self) -> std::sync::Arc<dyn rmq_backup::repository::storage::Storage> {
+        use rmq_backup::repository::storage::gcs::{Credentials, GcsBackend, GcsOptions};
         let mut opts = GcsOptions::new(&self.0, Credentials::Anonymous);
         opts.endpoint = Some(GCS_ENDPOINT.into());
         std::sync::Arc::new(GcsBackend::new(opts).expect("fake-gcs-server"))

@@ -3,8 +3,8 @@
 //! nodes, never the main broker other tests run beside; a test that stops a node starts it
 //! again (and [`NodeBack`] does when the test fails first).
 
-use rmq_backup::amqp::{AmqpUrl, ConnectOptions, Connection};
-use rmq_backup::management::{encode_segment, ManagementClient};
+use rmq_backup::broker::amqp::{AmqpUrl, ConnectOptions, Connection};
+use rmq_backup::broker::management::{encode_segment, ManagementClient};
 use std::process::Command;
 use std::time::{Duration, Instant};
 

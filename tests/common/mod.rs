@@ -9,10 +9,10 @@
 //! the URLs.
 #![allow(dead_code)]
 
-use rmq_backup::amqp::{
+use rmq_backup::broker::amqp::{
     AmqpUrl, BasicProperties, Channel, ConnectOptions, Connection, Delivery, FieldTable, FieldValue,
 };
-use rmq_backup::management::ManagementClient;
+use rmq_backup::broker::management::ManagementClient;
 
 pub mod buckets;
 pub mod cluster;
@@ -195,7 +195,7 @@ pub fn close_connection(prefix: &str, reason: &str) -> String {
     let url = format!(
         "{}/api/connections/{}",
         management_url(),
-        rmq_backup::management::encode_segment(&name)
+        rmq_backup::broker::management::encode_segment(&name)
     );
     ureq::delete(&url)
         .header("authorization", MANAGEMENT_AUTH)
@@ -844,8 +844,8 @@ pub fn read_stream_091(conn: &Connection, name: &str, n: usize) -> Vec<Delivery>
 }
 
 /// The manifest of backup `id` in the filesystem store `store`.
-pub fn manifest(store: &Path, id: &str) -> rmq_backup::manifest::Manifest {
-    rmq_backup::manifest::Manifest::from_json(
+pub fn manifest(store: &Path, id: &str) -> rmq_backup::repository::manifest::Manifest {
+    rmq_backup::repository::manifest::Manifest::from_json(
         &std::fs::read(store.join(id).join("manifest.json")).expect("manifest"),
     )
     .expect("parse")
@@ -873,7 +873,7 @@ pub fn script_output_path(name: &str) -> String {
 /// The messages a backup holds for `queue` (first match by name), decoded from its segments
 /// in order, as a restore would publish them.
 pub fn backed_up(store: &Path, backup_id: &str, queue: &str) -> Vec<Delivery> {
-    use rmq_backup::segment::SegmentReader;
+    use rmq_backup::repository::segment::SegmentReader;
     let m = manifest(store, backup_id);
     let q = m
         .queues
@@ -1105,8 +1105,8 @@ pub fn wait_line(rx: &std::sync::mpsc::Receiver<String>, needle: &str) -> String
 }
 
 /// How the test broker converts stream messages for AMQP 0-9-1 (its version), for records
-/// made with `rmq_backup::stream::amqp10::to_record`.
-pub fn conversion() -> rmq_backup::stream::amqp10::Conversion {
+/// made with `rmq_backup::broker::stream::amqp10::to_record`.
+pub fn conversion() -> rmq_backup::broker::stream::amqp10::Conversion {
     let (major, minor) = broker().version;
-    rmq_backup::stream::amqp10::Conversion::of_version(&format!("{major}.{minor}"))
+    rmq_backup::broker::stream::amqp10::Conversion::of_version(&format!("{major}.{minor}"))
 }

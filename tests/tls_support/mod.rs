@@ -10,10 +10,10 @@
 #![allow(dead_code)]
 
 use crate::common::unique_suffix;
-use rmq_backup::amqp::{AmqpUrl, ConnectOptions, Connection};
+use rmq_backup::broker::amqp::{AmqpUrl, ConnectOptions, Connection};
 use rmq_backup::config::TlsConfig;
-use rmq_backup::management::ManagementClient;
-use rmq_backup::tls::TlsClient;
+use rmq_backup::broker::management::ManagementClient;
+use rmq_backup::broker::tls::TlsClient;
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::management::QueueHolders;
+use crate::broker::management::QueueHolders;
 
 fn consumer(tag: &str, name: Option<&str>, ack_required: bool) -> ConsumerInfo {
     ConsumerInfo {

@@ -1,0 +1,17 @@
+//! The broker side: everything that talks to RabbitMQ. AMQP 0-9-1 (`amqp`), the stream
+//! protocol (`stream`), the management API (`management`), TLS (`tls`), the broker's version
+//! (`version`), its nodes (`nodes`), which queues a run selects (`selection`), definitions
+//! (`definitions`) and how a queue is read without taking a message away (`reader`). Data
+//! flows from here into records (`crate::repository::record`).
+
+pub mod amqp;
+pub mod definitions;
+pub mod management;
+pub mod nodes;
+pub mod reader;
+pub mod selection;
+pub mod stream;
+pub mod tls;
+pub mod version;
+
+pub use version::*;
