@@ -12,9 +12,9 @@ use bench_common::{
     fresh_vhost, median, publish, rate, raw_read, run_tool_measured, Args, Messages, ToolRun,
 };
 use rmq_backup::broker::amqp::{AmqpUrl, ConnectOptions, Connection};
-use rmq_backup::config::TlsConfig;
 use rmq_backup::broker::management::ManagementClient;
 use rmq_backup::broker::tls::TlsClient;
+use rmq_backup::config::TlsConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -10,7 +10,7 @@ use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::Config;
 use rmq_backup::error::Error;
 use rmq_backup::repository::storage::{Conditional, ObjectVersion, Storage};
-use rmq_backup::{backup, inspect, restore, repository::storage};
+use rmq_backup::{backup, inspect, repository::storage, restore};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

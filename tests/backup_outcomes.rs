@@ -108,7 +108,8 @@ fn selected_queues_left_alone_exit_4_and_are_named() {
     assert_eq!(depth(&conn, "mine-only"), 10);
 
     // The same run in-process: each skipped queue counted once in the metric.
-    let storage = rmq_backup::repository::storage::open_filesystem(&dir.path().join("store2"), None).unwrap();
+    let storage =
+        rmq_backup::repository::storage::open_filesystem(&dir.path().join("store2"), None).unwrap();
     let cfg = config(&backup_yaml("sk2", v, &dir.path().join("unused"), ""));
     let s = rmq_backup::backup::run(&cfg, storage).expect("backup");
     assert_eq!(s.skipped.len(), skipped);

@@ -294,7 +294,12 @@ fn trace_output_never_shows_any_credential_field() {
     let vh = TestVhost::new("secrets");
     let conn = vh.connect();
     let ch = conn.open_channel().unwrap();
-    declare(&ch, "q", "classic", rmq_backup::broker::amqp::FieldTable::new());
+    declare(
+        &ch,
+        "q",
+        "classic",
+        rmq_backup::broker::amqp::FieldTable::new(),
+    );
     publish(&ch, "q", &diverse_messages(3, 1, false));
     let store = dir.path().join("store");
     let ok = write_config(

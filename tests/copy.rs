@@ -193,7 +193,8 @@ fn an_encrypted_sharded_backup_travels_through_every_backend() {
     assert_eq!(r["backups"][0]["status"], "copied", "{r}");
     let (code, out) = validate(&gcs_url, id, &id_a, &gcs_env);
     assert_eq!(code, Some(0), "{out}");
-    let copied = rmq_backup::repository::manifest::Manifest::read(gcs.storage().as_ref(), id).unwrap();
+    let copied =
+        rmq_backup::repository::manifest::Manifest::read(gcs.storage().as_ref(), id).unwrap();
     assert_eq!(
         copied.queues, m.queues,
         "the same segments, checksums and recipients"

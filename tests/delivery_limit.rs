@@ -221,7 +221,10 @@ fn with_the_opt_in_a_read_stops_before_a_message_reaches_its_limit() {
         })
         .collect();
     assert_eq!(seqs(&got), (0..10).collect::<Vec<_>>());
-    let counts: Vec<u64> = got.iter().map(rmq_backup::broker::reader::delivery_count).collect();
+    let counts: Vec<u64> = got
+        .iter()
+        .map(rmq_backup::broker::reader::delivery_count)
+        .collect();
     assert!(
         counts.iter().all(|c| *c == 3),
         "one count per read that held it: {counts:?}"

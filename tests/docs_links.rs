@@ -130,7 +130,10 @@ fn read(path: &Path) -> String {
 }
 
 fn relative(path: &Path) -> String {
-    path.strip_prefix(root()).unwrap_or(path).display().to_string()
+    path.strip_prefix(root())
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 #[test]
@@ -172,7 +175,10 @@ fn every_relative_link_names_an_existing_file_and_heading() {
             }
         }
     }
-    assert!(checked > 20, "only {checked} links found: is the parser blind?");
+    assert!(
+        checked > 20,
+        "only {checked} links found: is the parser blind?"
+    );
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
@@ -210,14 +216,22 @@ fn every_include_names_an_existing_file_and_anchor() {
                 let closes = included.contains(&format!("ANCHOR_END: {anchor} "))
                     || included.contains(&format!("ANCHOR_END: {anchor}-->"));
                 if !opens || !closes {
-                    broken.push(format!("{at}: no ANCHOR/ANCHOR_END {anchor} in {}", relative(&file)));
+                    broken.push(format!(
+                        "{at}: no ANCHOR/ANCHOR_END {anchor} in {}",
+                        relative(&file)
+                    ));
                     continue;
                 }
                 // mdBook does not rewrite links in included text: each must also resolve from
                 // the page that includes it.
                 for target in region_links(&included, anchor) {
-                    if !target.contains("://") && !dir.join(target.split('#').next().unwrap_or("")).exists() {
-                        broken.push(format!("{at}: the included link ({target}) does not resolve from {}", relative(&doc)));
+                    if !target.contains("://")
+                        && !dir.join(target.split('#').next().unwrap_or("")).exists()
+                    {
+                        broken.push(format!(
+                            "{at}: the included link ({target}) does not resolve from {}",
+                            relative(&doc)
+                        ));
                     }
                 }
             }
@@ -231,30 +245,39 @@ fn every_include_names_an_existing_file_and_anchor() {
 fn the_summary_lists_every_chapter_and_only_existing_ones() {
     let docs = root().join("docs");
     let summary = read(&docs.join("SUMMARY.md"));
-    let listed: BTreeSet<String> = summary
-        .lines()
-        .flat_map(link_targets)
-        .collect();
+    let listed: BTreeSet<String> = summary.lines().flat_map(link_targets).collect();
     let missing: Vec<&String> = listed.iter().filter(|c| !docs.join(c).exists()).collect();
-    assert!(missing.is_empty(), "SUMMARY.md lists missing chapters: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "SUMMARY.md lists missing chapters: {missing:?}"
+    );
     let unlisted: Vec<String> = documents()
         .iter()
         .filter(|p| p.starts_with(&docs))
         .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .filter(|n| n != "SUMMARY.md" && !listed.contains(n))
         .collect();
-    assert!(unlisted.is_empty(), "book pages not in SUMMARY.md: {unlisted:?}");
+    assert!(
+        unlisted.is_empty(),
+        "book pages not in SUMMARY.md: {unlisted:?}"
+    );
 }
 
 #[test]
 fn the_readme_stays_short() {
     let lines = read(&root().join("README.md")).lines().count();
-    assert!(lines <= 300, "README.md has {lines} lines; the rest belongs in the book (docs/)");
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines; the rest belongs in the book (docs/)"
+    );
 }
 
 #[test]
 fn the_link_parser_finds_links_and_skips_code() {
-    assert_eq!(link_targets("see [a](x.md) and [b](y.md#h)"), ["x.md", "y.md#h"]);
+    assert_eq!(
+        link_targets("see [a](x.md) and [b](y.md#h)"),
+        ["x.md", "y.md#h"]
+    );
     let lines = prose_lines("text [a](x.md)\n```\n[b](y.md)\n```\n`[c](z.md)` [d](w.md)");
     let found: Vec<String> = lines.iter().flat_map(|(_, l)| link_targets(l)).collect();
     assert_eq!(found, ["x.md", "w.md"]);

@@ -202,7 +202,8 @@ fn a_segment_upload_that_keeps_failing_fails_the_backup_and_leaves_nothing_good(
         );
         assert!(retries(store.name, "failed") > before, "{}", store.name);
         let direct = open(&store, false);
-        let m = rmq_backup::repository::manifest::Manifest::read(direct.as_ref(), &id).expect("manifest");
+        let m = rmq_backup::repository::manifest::Manifest::read(direct.as_ref(), &id)
+            .expect("manifest");
         assert!(m.completed_at.is_none(), "{}: never complete", store.name);
         assert!(
             m.queues.iter().all(|q| q.segments.is_empty()),

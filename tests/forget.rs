@@ -294,7 +294,8 @@ fn running_and_interrupted_backups() {
     set_created(&store, "done", at(2026, 1, 3, 0), true);
     set_created(&store, "new-int", at(2026, 1, 4, 0), false);
     // The lock a running backup holds (the same heartbeat), taken here.
-    let lock = rmq_backup::repository::lock::RunLock::acquire(store.storage.clone(), "locked").expect("lock");
+    let lock = rmq_backup::repository::lock::RunLock::acquire(store.storage.clone(), "locked")
+        .expect("lock");
     let (code, v) = forget(&store, &["--keep-last", "1"]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(kept(&v), set(&["done", "locked", "new-int", "old-int"]));
@@ -527,8 +528,10 @@ fn a_sharded_backup_is_removed_whole() {
     set_created(&store, "plain", at(2026, 1, 2, 0), true);
     // The half backup has only its part 0 (no merged manifest): older than "plain".
     let part = "half/parts/0-of-2.json";
-    let mut m = rmq_backup::repository::manifest::Manifest::from_json(&store.storage.get_bytes(part).unwrap())
-        .expect("part");
+    let mut m = rmq_backup::repository::manifest::Manifest::from_json(
+        &store.storage.get_bytes(part).unwrap(),
+    )
+    .expect("part");
     m.created_at = at(2025, 12, 31, 0);
     store
         .storage

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::Config;
-use rmq_backup::{backup, inspect, restore, repository::storage};
+use rmq_backup::{backup, inspect, repository::storage, restore};
 
 #[test]
 fn backup_and_restore_through_memory_storage() {

@@ -323,7 +323,8 @@ fn azurite_takes_the_immutability_headers_without_enforcing_them() {
     let out = run_cli(&["backup", "--config", &cfg]);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     use rmq_backup::repository::storage::Storage;
-    let m = rmq_backup::repository::manifest::Manifest::read(&container.0, "az-1").expect("manifest");
+    let m =
+        rmq_backup::repository::manifest::Manifest::read(&container.0, "az-1").expect("manifest");
     let seg = &m.queues[0].segments[0].key;
     assert_eq!(
         container.0.retained_until(seg).unwrap(),

@@ -109,7 +109,10 @@ fn three_workers_write_one_backup_that_restores_identical() {
         assert!(part.completed_at.is_some());
         assert_eq!(part.definitions.is_some(), index == 0);
         for q in &part.queues {
-            assert_eq!(rmq_backup::repository::shard::part_of(&q.vhost, &q.name, 3), index);
+            assert_eq!(
+                rmq_backup::repository::shard::part_of(&q.vhost, &q.name, 3),
+                index
+            );
         }
     }
     // Run again, a part complete is nothing to do.

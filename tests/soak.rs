@@ -99,7 +99,8 @@ impl Dice {
 fn connect_any(vhost: &str) -> Option<Connection> {
     (1..=3u8).find_map(|n| {
         let url =
-            rmq_backup::broker::amqp::AmqpUrl::parse(&cluster::amqp_url(n, vhost, "heartbeat=5")).ok()?;
+            rmq_backup::broker::amqp::AmqpUrl::parse(&cluster::amqp_url(n, vhost, "heartbeat=5"))
+                .ok()?;
         Connection::open(&rmq_backup::broker::amqp::ConnectOptions::new(url)).ok()
     })
 }

@@ -85,7 +85,9 @@ fn read_stream_protocol(
 /// none alike; a 0-9-1 consumer of the stream is given 1, a record holds none (what a 0-9-1
 /// publisher sends for a transient message; ARCHITECTURE.md "Format decisions"). A message
 /// without a header section (a stream-protocol publisher's) is given 2 before 4.2, none since.
-fn compared(p: &rmq_backup::broker::amqp::BasicProperties) -> rmq_backup::broker::amqp::BasicProperties {
+fn compared(
+    p: &rmq_backup::broker::amqp::BasicProperties,
+) -> rmq_backup::broker::amqp::BasicProperties {
     let mut p = comparable(p, Headers::Sorted);
     if broker().is_4x() && p.delivery_mode == Some(1) {
         p.delivery_mode = None;

@@ -6,9 +6,9 @@
 //! The only test of this binary: it points `TMPDIR` (`std::env::temp_dir`) at its own
 //! directory, which holds the planted links.
 
+use rmq_backup::config::{OffsetBackend, OffsetStorageConfig};
 use rmq_backup::repository::checkpoint::sync;
 use rmq_backup::repository::checkpoint::Checkpoints;
-use rmq_backup::config::{OffsetBackend, OffsetStorageConfig};
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 

@@ -7,10 +7,10 @@ mod tls_support;
 
 use common::*;
 use rmq_backup::broker::amqp::{AmqpUrl, ConnectOptions, Connection};
-use rmq_backup::config::TlsConfig;
 use rmq_backup::broker::management::ManagementClient;
 use rmq_backup::broker::stream::{StreamConnection, StreamOptions};
 use rmq_backup::broker::tls::TlsClient;
+use rmq_backup::config::TlsConfig;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tls_support::{file, settings, tls_client};

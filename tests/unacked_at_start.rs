@@ -463,7 +463,8 @@ fn messages_held_by_a_live_consumer_are_named_and_the_backup_exits_4() {
         "",
     ))
     .unwrap();
-    let storage = rmq_backup::repository::storage::open_filesystem(&dir.path().join("store2"), None).unwrap();
+    let storage =
+        rmq_backup::repository::storage::open_filesystem(&dir.path().join("store2"), None).unwrap();
     let s = rmq_backup::backup::run(&cfg2, storage).expect("backup");
     assert_eq!(s.left_out.len(), 2, "{s:?}");
     let text = rmq_backup::metrics::global().render();

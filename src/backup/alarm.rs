@@ -11,8 +11,8 @@
 //! keeps in memory for it, and giving them back is what relieves the broker. Stream reads over
 //! the stream protocol hold nothing and finish.
 
-use crate::error::{Error, Result};
 use crate::broker::management::ManagementClient;
+use crate::error::{Error, Result};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

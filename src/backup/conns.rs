@@ -1,4 +1,6 @@
-//! The AMQP connection of one queue thread: opened on first use and reused for every queue the
+//! The source's connections: how a read connects ([`ReadContext::connect_options`], the
+//! stream protocol's [`ReadContext::stream_options`]), a stream read's counted connection
+//! ([`CountedConnection`]), and the AMQP connection of one queue thread: opened on first use and reused for every queue the
 //! thread reads after it in the same vhost, a channel (or a few) per queue. A connection per
 //! queue cost more than the read of a small queue (issue "Clusters and scale-out": 2,000 queues
 //! of 10 messages took longer than a raw client reading them all on one connection).
@@ -11,9 +13,13 @@
 //! (`rmq-backup <backup_id> (part <i> of <n>) ...` for a part of a sharded backup); every
 //! name rmq-backup gives starts with `rmq-backup ` (`super::unacked`).
 
-use super::QueueContext;
+use super::context::{QueueContext, ReadContext};
 use crate::broker::amqp::{Channel, Connection};
+use crate::broker::management::QueueInfo;
+use crate::broker::stream::StreamConnection;
 use crate::error::Result;
+use crate::metrics;
+use std::time::Duration;
 
 /// Deliveries buffered between a connection and the queue thread reading it.
 const CONSUMER_BUFFER: usize = 512;
@@ -51,7 +57,7 @@ impl ThreadConnection {
         vhost: &str,
         node: Option<&str>,
     ) -> Result<(&Connection, &Channel)> {
-        let node = node.filter(|n| ctx.nodes.address_of(n).is_some());
+        let node = node.filter(|n| ctx.read.nodes.address_of(n).is_some());
         let open = match self.open.take() {
             Some(mut o) if o.vhost == vhost && o.node.as_deref() == node && o.conn.is_open() => {
                 if !o.control.is_open() {
@@ -62,17 +68,18 @@ impl ThreadConnection {
             old => {
                 self.open = old;
                 self.discard();
-                let mut options = ctx.connect_options(
+                let mut options = ctx.read.connect_options(
                     vhost,
-                    ctx.earlier_run
+                    ctx.read
+                        .earlier_run
                         .connection_name(vhost, &format!("thread {}, ", self.thread)),
                 );
                 // A deeper delivery buffer absorbs the segment builder's pauses (a compressed
                 // chunk, a rotation) without stalling the broker; batches are bounded by bytes
                 // too, so large messages still hold at most ~8 MiB here.
                 options.consumer_buffer = CONSUMER_BUFFER;
-                let conn = ctx.nodes.connect(&options, node)?;
-                ctx.broker_version.observe(conn.server_properties());
+                let conn = ctx.read.nodes.connect(&options, node)?;
+                ctx.read.broker_version.observe(conn.server_properties());
                 let control = conn.open_channel()?;
                 Open {
                     vhost: vhost.to_string(),
@@ -100,5 +107,78 @@ impl ThreadConnection {
 impl Drop for ThreadConnection {
     fn drop(&mut self) {
         self.discard();
+    }
+}
+
+/// Opens a stream connection to the queue's vhost, counted in
+/// `broker_backup_stream_connections_active` while it lives.
+pub(super) struct CountedConnection(pub(super) StreamConnection);
+
+impl CountedConnection {
+    pub(super) fn open(ctx: &QueueContext, q: &QueueInfo) -> Result<CountedConnection> {
+        Self::open_within(ctx, q, None)
+    }
+
+    /// [`CountedConnection::open`], the TCP connect bounded by `connect_timeout` when given.
+    pub(super) fn open_within(
+        ctx: &QueueContext,
+        q: &QueueInfo,
+        connect_timeout: Option<Duration>,
+    ) -> Result<CountedConnection> {
+        let mut o = ctx.read.stream_options(
+            &q.vhost,
+            ctx.read
+                .earlier_run
+                .connection_name(&format!("{}/{}", q.vhost, q.name), ""),
+        );
+        if let Some(t) = connect_timeout {
+            o.connect_timeout = o.connect_timeout.min(t);
+        }
+        let conn = StreamConnection::open(&o)?;
+        metrics::global().stream_connections.inc();
+        Ok(CountedConnection(conn))
+    }
+}
+
+impl Drop for CountedConnection {
+    fn drop(&mut self) {
+        metrics::global().stream_connections.dec();
+    }
+}
+
+impl ReadContext<'_> {
+    /// The source's URL (TLS applied) with `vhost`.
+    pub(super) fn url_of(&self, vhost: &str) -> crate::broker::amqp::AmqpUrl {
+        let mut url = self.nodes.first().clone();
+        url.vhost = vhost.to_string();
+        url
+    }
+
+    /// Connection options for `vhost` on the source (TLS as configured), shown in the
+    /// management UI as `connection_name`.
+    pub(super) fn connect_options(
+        &self,
+        vhost: &str,
+        connection_name: String,
+    ) -> crate::broker::amqp::ConnectOptions {
+        let mut options = crate::broker::amqp::ConnectOptions::new(self.url_of(vhost));
+        options.connection_name = connection_name;
+        options.tls = self.tls.clone();
+        options
+    }
+
+    /// Stream-protocol options for `vhost` on the source: its stream port (5551 by default
+    /// with TLS) and TLS as configured.
+    pub(super) fn stream_options(
+        &self,
+        vhost: &str,
+        connection_name: String,
+    ) -> crate::broker::stream::StreamOptions {
+        let url = self.url_of(vhost);
+        let port = self.source.stream_port_for(url.tls);
+        let mut options = crate::broker::stream::StreamOptions::from_amqp_url(&url, port);
+        options.connection_name = connection_name;
+        options.tls = self.tls.clone();
+        options
     }
 }

@@ -7,9 +7,9 @@
 //! created).
 
 use super::select::select_queues;
+use crate::broker::management::ManagementClient;
 use crate::config::{CompressionKind, Config, StorageConfig};
 use crate::error::{Error, Result};
-use crate::broker::management::ManagementClient;
 use crate::repository::shard::Shard;
 use crate::run::units::{human_bytes, table, thousands};
 use serde::Serialize;

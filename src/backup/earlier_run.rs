@@ -16,8 +16,8 @@
 //! another part of a sharded backup. The API lists a connection up to a statistics interval
 //! (5 s) after it opened, which is why the list is read again while reads wait.
 
-use crate::repository::lock::RunLock;
 use crate::broker::management::ManagementClient;
+use crate::repository::lock::RunLock;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -18,6 +18,7 @@
 
 mod alarm;
 mod conns;
+mod context;
 pub mod dry_run;
 mod earlier_run;
 mod queue;
@@ -31,22 +32,23 @@ mod stream;
 mod stream_amqp;
 mod unacked;
 
-use crate::repository::checkpoint::{self, Checkpoints};
-use crate::config::{BackupOptions, Config, SourceConfig};
 use crate::broker::definitions;
-use crate::repository::encryption::Recipients;
-use crate::error::{Error, Result};
-use crate::repository::lock::RunLock;
 use crate::broker::management::{ManagementClient, QueueInfo};
-use crate::repository::manifest::{Manifest, QueueBackup};
-use crate::metrics;
 use crate::broker::nodes::Nodes;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::metrics;
 use crate::now_ms;
-use crate::run::progress;
+use crate::repository::checkpoint;
+use crate::repository::encryption::Recipients;
+use crate::repository::lock::RunLock;
+use crate::repository::manifest::{Manifest, QueueBackup};
 use crate::repository::segment::Compression;
 use crate::repository::shard::Shard;
 use crate::repository::spool::{spawn_named, SpoolDir};
 use crate::repository::storage::Storage;
+use crate::run::progress;
+use context::{QueueContext, ReadContext, StoreContext};
 use crossbeam_channel::bounded;
 use queue::{backup_queue, Outcome, Storing};
 use run_state::{
@@ -55,7 +57,6 @@ use run_state::{
 };
 use segments::{uploader, Upload};
 use select::select_queues;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -238,9 +239,10 @@ fn run_job(
     // writes. A sharded backup's parts write at once, perhaps on other hosts, whose processes
     // this host cannot see: theirs are left to `forget --prune`.
     if target.shard.is_none() {
-        if let Err(e) =
-            crate::repository::storage::partials::remove_stale(storage.as_ref(), &format!("{backup_id}/"))
-        {
+        if let Err(e) = crate::repository::storage::partials::remove_stale(
+            storage.as_ref(),
+            &format!("{backup_id}/"),
+        ) {
             log::warn!("unfinished writes of an earlier run are left under {backup_id}/ (harmless; forget --prune removes them): {e}");
         }
     }
@@ -315,35 +317,42 @@ fn run_job(
         queues.iter().map(|q| q.messages).sum(),
     );
     let ctx = QueueContext {
-        source,
-        nodes,
-        tls: resolved.broker,
-        opts,
-        backup_id,
-        checkpoint_id: target.checkpoint_id(),
-        earlier_run,
-        broker_version,
-        statistics,
-        compression,
-        encrypt: recipients.as_ref(),
-        spool: spool.path(),
-        mgmt: &mgmt,
-        left_out: Mutex::new(Vec::new()),
-        retried: Mutex::new(std::collections::HashSet::new()),
-        stop: alarm::Stop::default(),
-        lock: &lock,
-        storage: storage.as_ref(),
-        checkpoints: checkpoints.as_deref(),
-        earlier,
+        read: ReadContext {
+            source,
+            nodes,
+            tls: resolved.broker,
+            opts,
+            earlier_run,
+            broker_version,
+            statistics,
+            mgmt: &mgmt,
+            left_out: Mutex::new(Vec::new()),
+            stop: alarm::Stop::default(),
+            lock: &lock,
+        },
+        store: StoreContext {
+            opts,
+            backup_id,
+            checkpoint_id: target.checkpoint_id(),
+            compression,
+            encrypt: recipients.as_ref(),
+            spool: spool.path(),
+            storage: storage.as_ref(),
+            checkpoints: checkpoints.as_deref(),
+            earlier,
+            retried: Mutex::new(std::collections::HashSet::new()),
+        },
     };
     let results = run_queues(&ctx, storage.clone(), &queues);
     drop(display);
-    let ctx_earlier_keys = ctx.earlier.keys;
+    let ctx_earlier_keys = ctx.store.earlier.keys;
     let retried = ctx
+        .store
         .retried
         .into_inner()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let left_out = ctx
+        .read
         .left_out
         .into_inner()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -437,82 +446,6 @@ fn run_job(
     })
 }
 
-/// What every queue thread shares.
-pub(super) struct QueueContext<'a> {
-    source: &'a SourceConfig,
-    /// `source.amqp_url` with `source.tls` applied (`crate::broker::tls::resolve`), and the address of
-    /// each node for node-local reads.
-    nodes: Nodes,
-    /// The TLS settings of the source's AMQP and stream connections, when its AMQP URL uses
-    /// TLS.
-    tls: Option<Arc<crate::broker::tls::TlsClient>>,
-    opts: &'a BackupOptions,
-    backup_id: &'a str,
-    /// The id this run's state is kept under in the checkpoint database
-    /// (`run_state::Target::checkpoint_id`).
-    checkpoint_id: String,
-    /// An earlier run of this backup that may still hold messages; this run's connection
-    /// names.
-    earlier_run: earlier_run::EarlierRun,
-    /// The source broker's version: what giving a quorum queue's messages back costs
-    /// (`quorum`).
-    broker_version: quorum::SeenVersion,
-    /// False when the source's management API keeps no message statistics (`unacked`).
-    statistics: bool,
-    compression: Compression,
-    /// `backup.encryption`: the recipients every segment is encrypted to.
-    encrypt: Option<&'a Recipients>,
-    spool: &'a Path,
-    /// The source's management API (who holds a queue's unacknowledged messages).
-    mgmt: &'a ManagementClient,
-    /// Queues backed up without some of their messages, as the queue threads find them.
-    left_out: Mutex<Vec<LeftOut>>,
-    /// Queues (vhost, name) read more than once by this run (`retry`): their abandoned
-    /// attempts' segments are removed once the backup completes.
-    retried: Mutex<std::collections::HashSet<(String, String)>>,
-    /// Why the run stops, once it must: a memory alarm on the source, a connection the broker
-    /// blocked.
-    stop: alarm::Stop,
-    /// The run's lock: when another run takes it over, this one stops.
-    lock: &'a RunLock,
-    /// Where segments go (and, on a rerun, where the earlier run's are found).
-    storage: &'a dyn Storage,
-    /// The `offset_storage` checkpoint database, when configured.
-    checkpoints: Option<&'a Checkpoints>,
-    /// The segments storage held for this backup id when the run started, and the highest
-    /// segment number each queue's attempts of this run assigned.
-    earlier: resume::Earlier,
-}
-
-impl QueueContext<'_> {
-    /// The source's URL (TLS applied) with `vhost`.
-    fn url_of(&self, vhost: &str) -> crate::broker::amqp::AmqpUrl {
-        let mut url = self.nodes.first().clone();
-        url.vhost = vhost.to_string();
-        url
-    }
-
-    /// Connection options for `vhost` on the source (TLS as configured), shown in the
-    /// management UI as `connection_name`.
-    fn connect_options(&self, vhost: &str, connection_name: String) -> crate::broker::amqp::ConnectOptions {
-        let mut options = crate::broker::amqp::ConnectOptions::new(self.url_of(vhost));
-        options.connection_name = connection_name;
-        options.tls = self.tls.clone();
-        options
-    }
-
-    /// Stream-protocol options for `vhost` on the source: its stream port (5551 by default
-    /// with TLS) and TLS as configured.
-    fn stream_options(&self, vhost: &str, connection_name: String) -> crate::broker::stream::StreamOptions {
-        let url = self.url_of(vhost);
-        let port = self.source.stream_port_for(url.tls);
-        let mut options = crate::broker::stream::StreamOptions::from_amqp_url(&url, port);
-        options.connection_name = connection_name;
-        options.tls = self.tls.clone();
-        options
-    }
-}
-
 /// Backs up `queues` with at most `max_concurrent_queues` threads, uploader threads for the
 /// finished segments, and one thread that completes each queue once its segments are stored
 /// (`queue::Storing`), while its queue thread reads the next. Results are in the order of
@@ -524,8 +457,8 @@ fn run_queues(
 ) -> Vec<Result<Finished>> {
     // A continuous backup follows every stream at once (a stream waiting for a free thread
     // would never start).
-    let limit = if ctx.opts.stop_at_current_depth {
-        ctx.opts.max_concurrent_queues.max(1)
+    let limit = if ctx.read.opts.stop_at_current_depth {
+        ctx.read.opts.max_concurrent_queues.max(1)
     } else {
         queues.len()
     };
@@ -542,7 +475,7 @@ fn run_queues(
             let rx = upload_rx.clone();
             let storage = storage.clone();
             spawn_named(s, "segment-upload", move || {
-                uploader(rx, storage.as_ref(), ctx.lock, ctx.encrypt)
+                uploader(rx, storage.as_ref(), ctx.read.lock, ctx.store.encrypt)
             });
         }
         drop(upload_rx);
@@ -556,7 +489,9 @@ fn run_queues(
             }
         });
         spawn_named(s, "alarm-watch", move || {
-            alarm::watch(ctx.mgmt, &ctx.stop, &|| running.load(Ordering::SeqCst) == 0)
+            alarm::watch(ctx.read.mgmt, &ctx.read.stop, &|| {
+                running.load(Ordering::SeqCst) == 0
+            })
         });
         for thread in 0..workers {
             let upload_tx = upload_tx.clone();
@@ -605,9 +540,9 @@ fn read_queues<'a>(
         let (mut floor, mut attempts) = (unacked::Floor(0), 0u32);
         let r = match crate::run::signals::stop_reason("backup") {
             Some(why) => Err(Error::Io(why)),
-            None if ctx.stop.reason().is_some() => {
-                Err(Error::Connection(ctx.stop.reason().unwrap_or_default()))
-            }
+            None if ctx.read.stop.reason().is_some() => Err(Error::Connection(
+                ctx.read.stop.reason().unwrap_or_default(),
+            )),
             None => retry::with_retries(ctx, q, || {
                 attempts += 1;
                 if q.queue_type != Some(crate::broker::QueueType::Stream) {
@@ -619,7 +554,7 @@ fn read_queues<'a>(
                         conns.discard();
                     }
                     r
-                } else if ctx.opts.stream_enabled {
+                } else if ctx.read.opts.stream_enabled {
                     stream::backup_stream(ctx, q, upload_tx).map(|b| b.map(Outcome::Done))
                 } else {
                     stream_amqp::backup_stream_amqp(ctx, q, upload_tx).map(|b| b.map(Outcome::Done))
@@ -628,7 +563,7 @@ fn read_queues<'a>(
         };
         if attempts > 1 {
             // Its failed attempts may have stored segments no manifest lists.
-            if let Ok(mut retried) = ctx.retried.lock() {
+            if let Ok(mut retried) = ctx.store.retried.lock() {
                 retried.insert((q.vhost.clone(), q.name.clone()));
             }
         }

@@ -9,17 +9,17 @@ use super::resume;
 use super::segments::{build_segments, Batches, Stored, Upload};
 use super::unacked::{self, AtStart, Floor};
 use super::{LeftOut, QueueContext, SkippedQueue};
+use crate::broker::management::QueueInfo;
+use crate::broker::reader;
 use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
 use crate::error::{Error, Result};
-use crate::broker::management::QueueInfo;
-use crate::repository::manifest::QueueBackup;
 use crate::metrics;
 use crate::now_ms;
-use crate::run::progress;
-use crate::broker::reader;
+use crate::repository::manifest::QueueBackup;
 use crate::repository::record::BackupRecord;
 use crate::repository::spool::spawn_named;
+use crate::run::progress;
 use crossbeam_channel::{bounded, unbounded, Sender};
 use std::time::Instant;
 
@@ -57,7 +57,7 @@ pub(super) fn backup_queue<'a>(
     floor: &mut Floor,
 ) -> Result<Option<Outcome<'a>>> {
     let kind = q.queue_type.unwrap_or(QueueType::Classic);
-    if !ctx.opts.stop_at_current_depth {
+    if !ctx.read.opts.stop_at_current_depth {
         log::warn!(
             "queue {} in vhost {} ({}): a continuous backup follows streams only; this queue is backed up once, to its depth at the start (holding its messages longer would take them from its own consumers)",
             q.name,
@@ -69,7 +69,7 @@ pub(super) fn backup_queue<'a>(
         return Ok(Some(Outcome::Done(done)));
     }
     let after = resume::start_queue(ctx, q)?;
-    let mut strategy = ctx.opts.requeue_strategy;
+    let mut strategy = ctx.read.opts.requeue_strategy;
     if q.auto_delete && matches!(strategy, RequeueStrategy::Cancel | RequeueStrategy::Reject) {
         // Cancelling the last consumer of an auto-delete queue deletes it, messages and all;
         // basic.get registers no consumer.
@@ -85,7 +85,7 @@ pub(super) fn backup_queue<'a>(
         _ => Decision::Counted,
     };
     if kind == QueueType::Quorum {
-        decision.log_once(ctx.broker_version.get(), strategy);
+        decision.log_once(ctx.read.broker_version.get(), strategy);
     }
     if let Decision::Skip(why) = &decision {
         // Decided at the selection with the version then known; a node seen since is older.
@@ -193,7 +193,7 @@ pub(super) fn backup_queue<'a>(
                     "it is a quorum queue with a delivery limit of {limit}, and message {} was delivered with x-delivery-count {count}: given back once more it would be at the limit, so the read stopped and every message went back ({} counts one more failed delivery each on {}); the next read would drop or dead-letter it. Remedies: RabbitMQ 4.3 or later, or a policy with \"delivery-limit\": -1 on this queue while the backup runs",
                     outcome.read + 1,
                     outcome.read + 1,
-                    ctx.broker_version.get().map_or_else(|| "this broker".to_string(), |v| format!("RabbitMQ {v}"))
+                    ctx.read.broker_version.get().map_or_else(|| "this broker".to_string(), |v| format!("RabbitMQ {v}"))
                 ),
             ))));
         }
@@ -234,8 +234,8 @@ impl Storing<'_> {
             segments,
         } = self;
         let segments = segments.wait()?;
-        if let Some(cp) = ctx.checkpoints {
-            cp.complete_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)?;
+        if let Some(cp) = ctx.store.checkpoints {
+            cp.complete_backup_queue(&ctx.store.checkpoint_id, &q.vhost, &q.name)?;
         }
         let mut backup = QueueBackup::from_segments(&q.vhost, &q.name, kind, segments);
         backup.messages_unacknowledged_at_start = Some(at_start.unacknowledged);
@@ -245,7 +245,7 @@ impl Storing<'_> {
                 .messages_left_out
                 .with([&q.name, &q.vhost, kind.as_str()])
                 .add(messages);
-            if let Ok(mut all) = ctx.left_out.lock() {
+            if let Ok(mut all) = ctx.read.left_out.lock() {
                 all.push(LeftOut {
                     vhost: q.vhost.clone(),
                     name: q.name.clone(),
@@ -296,13 +296,13 @@ fn read_records(
         batches.push(BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms()))
     };
     let should_stop = || {
-        if let Some(why) = ctx.lock.lost() {
+        if let Some(why) = ctx.read.lock.lost() {
             return Some(why);
         }
         if let Some(why) = crate::run::signals::stop_reason("backup") {
             return Some(why);
         }
-        if let Some(why) = ctx.stop.reason() {
+        if let Some(why) = ctx.read.stop.reason() {
             return Some(why);
         }
         conn.blocked().map(|reason| {
@@ -310,7 +310,7 @@ fn read_records(
                 "broker blocked the connection of queue {} ({reason}); backup stopped, every message left in place",
                 q.name
             );
-            ctx.stop.set(why.clone());
+            ctx.read.stop.set(why.clone());
             why
         })
     };
@@ -342,7 +342,7 @@ fn quorum_decision(ctx: &QueueContext, q: &QueueInfo) -> Result<Decision> {
     let started = Instant::now();
     let mut current = std::borrow::Cow::Borrowed(q);
     loop {
-        let d = quorum::decide(&current, ctx.broker_version.get(), ctx.opts);
+        let d = quorum::decide(&current, ctx.read.broker_version.get(), ctx.read.opts);
         if d != Decision::Unknown {
             return Ok(d);
         }
@@ -353,7 +353,7 @@ fn quorum_decision(ctx: &QueueContext, q: &QueueInfo) -> Result<Decision> {
             )));
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
-        current = std::borrow::Cow::Owned(ctx.mgmt.get_queue(&q.vhost, &q.name)?);
+        current = std::borrow::Cow::Owned(ctx.read.mgmt.get_queue(&q.vhost, &q.name)?);
     }
 }
 

@@ -24,10 +24,10 @@
 //! them.
 
 use crate::broker::amqp::{BasicProperties, FieldTable, FieldValue};
-use crate::broker::{BrokerVersion, QueueType};
-use crate::config::{BackupOptions, RequeueStrategy};
 use crate::broker::management::QueueInfo;
 use crate::broker::reader::ReadPlan;
+use crate::broker::{BrokerVersion, QueueType};
+use crate::config::{BackupOptions, RequeueStrategy};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 

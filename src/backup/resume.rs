@@ -17,11 +17,11 @@
 //! unchanged, the segments it does not list are deleted (best effort: a storage that refuses
 //! deletes leaves them, unlisted, and `validate` ignores them).
 
-use super::QueueContext;
-use crate::broker::QueueType;
-use crate::repository::checkpoint::StoredSegment;
-use crate::error::{Error, Result};
+use super::context::QueueContext;
 use crate::broker::management::QueueInfo;
+use crate::broker::QueueType;
+use crate::error::{Error, Result};
+use crate::repository::checkpoint::StoredSegment;
 use crate::repository::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
 use crate::repository::segment::sha256_file;
 use crate::repository::spool::unique_file;
@@ -86,10 +86,10 @@ pub(super) fn completed_earlier(
     q: &QueueInfo,
     kind: QueueType,
 ) -> Result<Option<QueueBackup>> {
-    let Some(cp) = ctx.checkpoints else {
+    let Some(cp) = ctx.store.checkpoints else {
         return Ok(None);
     };
-    let Some(state) = cp.backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)? else {
+    let Some(state) = cp.backup_queue(&ctx.store.checkpoint_id, &q.vhost, &q.name)? else {
         return Ok(None);
     };
     if !state.completed {
@@ -102,7 +102,10 @@ pub(super) fn completed_earlier(
         return Ok(None);
     }
     same_version(ctx, q, state.segments.iter().map(|s| &s.metadata))?;
-    if let Some(why) = other_recipients(ctx.encrypt, state.segments.iter().map(|s| &s.metadata)) {
+    if let Some(why) = other_recipients(
+        ctx.store.encrypt,
+        state.segments.iter().map(|s| &s.metadata),
+    ) {
         log::warn!(
             "queue {} in vhost {}: {why}; the queue is read again",
             q.name,
@@ -147,7 +150,7 @@ fn same_version<'a>(
     q: &QueueInfo,
     segments: impl IntoIterator<Item = &'a SegmentMetadata>,
 ) -> Result<()> {
-    let want = ctx.opts.segment_version;
+    let want = ctx.store.opts.segment_version;
     match segments.into_iter().find(|s| s.version() != want) {
         None => Ok(()),
         Some(s) => Err(Error::Config(format!(
@@ -194,7 +197,7 @@ fn other_recipients<'a>(
 /// it is stored as this run stores segments (encrypted or not, `backup.encryption`): a run
 /// that encrypts never keeps a plain segment, nor the other way round.
 fn verify_stored(ctx: &QueueContext, s: &SegmentMetadata) -> Result<()> {
-    if s.encryption.is_some() != ctx.encrypt.is_some() {
+    if s.encryption.is_some() != ctx.store.encrypt.is_some() {
         return Err(Error::Encryption(format!(
             "{} is stored {}, but this run {} (backup.encryption changed)",
             s.key,
@@ -203,14 +206,14 @@ fn verify_stored(ctx: &QueueContext, s: &SegmentMetadata) -> Result<()> {
             } else {
                 "unencrypted"
             },
-            if ctx.encrypt.is_some() {
+            if ctx.store.encrypt.is_some() {
                 "encrypts"
             } else {
                 "does not encrypt"
             }
         )));
     }
-    match ctx.storage.head(&s.key)? {
+    match ctx.store.storage.head(&s.key)? {
         None => return Err(Error::Storage(format!("Key not found: {}", s.key))),
         Some(size) if size != s.size_bytes => {
             return Err(Error::Storage(format!(
@@ -220,8 +223,9 @@ fn verify_stored(ctx: &QueueContext, s: &SegmentMetadata) -> Result<()> {
         }
         Some(_) => {}
     }
-    let path = unique_file(ctx.spool, &s.key);
+    let path = unique_file(ctx.store.spool, &s.key);
     let sha = ctx
+        .store
         .storage
         .get_to_file(&s.key, &path)
         .and_then(|_| sha256_file(&path));
@@ -240,10 +244,10 @@ fn verify_stored(ctx: &QueueContext, s: &SegmentMetadata) -> Result<()> {
 /// run's partial segments) and returns the sequence number its segments follow: the highest
 /// segment number of the queue in storage when the run started (0 when none).
 pub(super) fn start_queue(ctx: &QueueContext, q: &QueueInfo) -> Result<u64> {
-    if let Some(cp) = ctx.checkpoints {
-        cp.start_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name, q.messages)?;
+    if let Some(cp) = ctx.store.checkpoints {
+        cp.start_backup_queue(&ctx.store.checkpoint_id, &q.vhost, &q.name, q.messages)?;
     }
-    let highest = ctx.earlier.highest(ctx.backup_id, q);
+    let highest = ctx.store.earlier.highest(ctx.store.backup_id, q);
     if highest > 0 {
         log::info!(
             "queue {} in vhost {}: storage holds segments up to {highest} already (an earlier run's or attempt's); new segments follow",
@@ -302,12 +306,12 @@ pub(super) fn resume_stream(
     ctx: &QueueContext,
     q: &QueueInfo,
 ) -> Result<(Vec<SegmentMetadata>, u64, u64)> {
-    let earlier = match ctx.checkpoints {
-        Some(cp) => cp.backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)?,
+    let earlier = match ctx.store.checkpoints {
+        Some(cp) => cp.backup_queue(&ctx.store.checkpoint_id, &q.vhost, &q.name)?,
         None => None,
     };
     let mut kept = unbroken_prefix(q, earlier.map(|state| state.segments).unwrap_or_default());
-    if let Some(why) = other_recipients(ctx.encrypt, kept.iter().map(|s| &s.metadata)) {
+    if let Some(why) = other_recipients(ctx.store.encrypt, kept.iter().map(|s| &s.metadata)) {
         log::warn!(
             "stream {} in vhost {}: {why}; the stream is read again from its start",
             q.name,
@@ -333,15 +337,16 @@ pub(super) fn resume_stream(
         ))
     })?;
     let after = ctx
+        .store
         .earlier
-        .highest(ctx.backup_id, q)
+        .highest(ctx.store.backup_id, q)
         .max(last.metadata.sequence);
-    if let Some(cp) = ctx.checkpoints {
+    if let Some(cp) = ctx.store.checkpoints {
         // The segments after the prefix are no longer the queue's.
-        cp.start_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name, q.messages)?;
+        cp.start_backup_queue(&ctx.store.checkpoint_id, &q.vhost, &q.name, q.messages)?;
         for s in &kept {
             cp.backup_segment_stored(
-                &ctx.checkpoint_id,
+                &ctx.store.checkpoint_id,
                 &q.vhost,
                 &q.name,
                 &s.metadata,
@@ -361,24 +366,26 @@ pub(super) fn resume_stream(
 /// The offset of the last record of a stored stream segment: its `delivery_tag` (SPEC.md
 /// "Segment file").
 fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
-    let path = unique_file(ctx.spool, &s.key);
+    let path = unique_file(ctx.store.spool, &s.key);
     // The backup side holds no identity: an encrypted segment cannot be read here, and needs
     // not be (its offsets are in the checkpoint database, schema 2, which every run that
     // encrypts writes).
-    let last = crate::repository::fetch::fetch_segment(ctx.storage, &path, s, None).and_then(|fetched| {
-        let crate::repository::fetch::FetchedSegment {
-            reader,
-            files: _files,
-        } = fetched;
-        let mut last = None;
-        for raw in reader.records() {
-            last = Some(raw?);
-        }
-        match last {
-            Some(raw) => raw.into_record(),
-            None => Err(Error::Serialization(format!("{}: no records", s.key))),
-        }
-    });
+    let last = crate::repository::fetch::fetch_segment(ctx.store.storage, &path, s, None).and_then(
+        |fetched| {
+            let crate::repository::fetch::FetchedSegment {
+                reader,
+                files: _files,
+            } = fetched;
+            let mut last = None;
+            for raw in reader.records() {
+                last = Some(raw?);
+            }
+            match last {
+                Some(raw) => raw.into_record(),
+                None => Err(Error::Serialization(format!("{}: no records", s.key))),
+            }
+        },
+    );
     Ok(last?.delivery_tag)
 }
 
@@ -521,7 +528,8 @@ mod tests {
     fn segments_encrypted_to_other_keys_are_not_reused() {
         let (_, a) = crate::repository::encryption::generate();
         let (_, b) = crate::repository::encryption::generate();
-        let run = crate::repository::encryption::Recipients::parse([a.as_str(), b.as_str()], "r").unwrap();
+        let run = crate::repository::encryption::Recipients::parse([a.as_str(), b.as_str()], "r")
+            .unwrap();
         let seg = |n: u64, recipients: Option<Vec<String>>| SegmentMetadata {
             encryption: recipients.as_ref().map(|_| "age".to_string()),
             recipients,

@@ -12,9 +12,9 @@
 //! asked for (a signal, a lost run lock, a memory alarm on the source, a broker that blocked
 //! a connection).
 
-use super::QueueContext;
-use crate::error::{Error, Result};
+use super::context::QueueContext;
 use crate::broker::management::QueueInfo;
+use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
 /// The longest wait between two attempts.
@@ -34,10 +34,11 @@ pub(super) fn lost_connection(e: &Error) -> bool {
 
 /// Why the run stops, when it does: a retry would only be stopped again.
 fn stopping(ctx: &QueueContext) -> Option<String> {
-    ctx.lock
+    ctx.read
+        .lock
         .lost()
         .or_else(|| crate::run::signals::stop_reason("backup"))
-        .or_else(|| ctx.stop.reason())
+        .or_else(|| ctx.read.stop.reason())
 }
 
 /// The wait before retry `n` (1, 2, ...): `base`, doubling, at most [`MAX_BACKOFF`].
@@ -53,8 +54,8 @@ pub(super) fn with_retries<T>(
     q: &QueueInfo,
     mut attempt: impl FnMut() -> Result<T>,
 ) -> Result<T> {
-    let retries = ctx.opts.connection_retries;
-    let base = Duration::from_millis(ctx.opts.connection_retry_backoff_ms);
+    let retries = ctx.read.opts.connection_retries;
+    let base = Duration::from_millis(ctx.read.opts.connection_retry_backoff_ms);
     let mut n = 0u32;
     loop {
         let result = attempt();

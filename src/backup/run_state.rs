@@ -5,8 +5,8 @@
 //! run that lost the backup to another can never write over that run's manifest.
 
 use super::BackupSummary;
-use crate::repository::checkpoint::Checkpoints;
 use crate::error::{Error, Result};
+use crate::repository::checkpoint::Checkpoints;
 use crate::repository::lock::{LockName, RunLock};
 use crate::repository::manifest::{self, Manifest};
 use crate::repository::shard::Shard;

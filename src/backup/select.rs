@@ -5,11 +5,11 @@
 
 use super::quorum::{self, Decision};
 use super::SkippedQueue;
+use crate::broker::management::{ManagementClient, QueueInfo};
+use crate::broker::selection;
 use crate::broker::{BrokerVersion, QueueType};
 use crate::config::{BackupOptions, SourceConfig};
 use crate::error::Result;
-use crate::broker::management::{ManagementClient, QueueInfo};
-use crate::broker::selection;
 
 /// Lists the broker's queues and applies `source.queues`. Returns the queues to back up (sorted
 /// by vhost, name) and the selected queues that are skipped, with the reason (each logged as a

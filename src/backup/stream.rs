@@ -9,21 +9,22 @@
 //! SIGTERM or SIGINT ends the run normally; a rerun resumes after the last stored segment
 //! (`resume::resume_stream`).
 
+use super::conns::CountedConnection;
+use super::context::QueueContext;
 use super::resume;
 use super::segments::{build_segments, Batches, Upload};
-use super::QueueContext;
-use crate::broker::QueueType;
-use crate::error::{Error, Result};
 use crate::broker::management::QueueInfo;
-use crate::repository::manifest::QueueBackup;
-use crate::metrics;
-use crate::now_ms;
-use crate::run::progress;
-use crate::repository::record::BackupRecord;
-use crate::repository::spool::spawn_named;
 use crate::broker::stream::amqp10::{to_record, Conversion, Origin, RAW_BODY_HEADER};
 use crate::broker::stream::chunk::parse_chunk;
 use crate::broker::stream::{OffsetSpec, StreamConnection};
+use crate::broker::QueueType;
+use crate::error::{Error, Result};
+use crate::metrics;
+use crate::now_ms;
+use crate::repository::manifest::QueueBackup;
+use crate::repository::record::BackupRecord;
+use crate::repository::spool::spawn_named;
+use crate::run::progress;
 use crossbeam_channel::{bounded, Sender};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -38,41 +39,6 @@ const EMPTY_WAIT: Duration = Duration::from_secs(5);
 /// A continuous backup hands its records to the segment builder after this long without a
 /// chunk, so that `segment_max_interval_ms` closes segments of an idle stream.
 const IDLE_FLUSH: Duration = Duration::from_secs(1);
-
-/// Opens a stream connection to the queue's vhost, counted in
-/// `broker_backup_stream_connections_active` while it lives.
-struct CountedConnection(StreamConnection);
-
-impl CountedConnection {
-    fn open(ctx: &QueueContext, q: &QueueInfo) -> Result<CountedConnection> {
-        Self::open_within(ctx, q, None)
-    }
-
-    /// [`CountedConnection::open`], the TCP connect bounded by `connect_timeout` when given.
-    fn open_within(
-        ctx: &QueueContext,
-        q: &QueueInfo,
-        connect_timeout: Option<Duration>,
-    ) -> Result<CountedConnection> {
-        let mut o = ctx.stream_options(
-            &q.vhost,
-            ctx.earlier_run
-                .connection_name(&format!("{}/{}", q.vhost, q.name), ""),
-        );
-        if let Some(t) = connect_timeout {
-            o.connect_timeout = o.connect_timeout.min(t);
-        }
-        let conn = StreamConnection::open(&o)?;
-        metrics::global().stream_connections.inc();
-        Ok(CountedConnection(conn))
-    }
-}
-
-impl Drop for CountedConnection {
-    fn drop(&mut self) {
-        metrics::global().stream_connections.dec();
-    }
-}
 
 /// The offset of the stream's last message now, `None` when it is empty: the first chunk a
 /// subscription at `last` receives is the stream's last chunk.
@@ -121,7 +87,7 @@ pub(super) fn backup_stream(
     q: &QueueInfo,
     uploads: &Sender<Upload>,
 ) -> Result<Option<QueueBackup>> {
-    let continuous = !ctx.opts.stop_at_current_depth;
+    let continuous = !ctx.read.opts.stop_at_current_depth;
     if !continuous {
         if let Some(done) = resume::completed_earlier(ctx, q, QueueType::Stream)? {
             return Ok(Some(done));
@@ -215,7 +181,7 @@ fn consumer_offsets(
     q: &QueueInfo,
 ) -> Result<BTreeMap<String, u64>> {
     let mut found = BTreeMap::new();
-    for reference in &ctx.opts.stream_offset_references {
+    for reference in &ctx.read.opts.stream_offset_references {
         if let Some(offset) = conn.query_offset(reference, &q.name)? {
             found.insert(reference.clone(), offset);
         }
@@ -238,11 +204,11 @@ pub(super) fn completed(
     last: Option<u64>,
     segments: Vec<crate::repository::manifest::SegmentMetadata>,
 ) -> Result<QueueBackup> {
-    if let Some(cp) = ctx.checkpoints {
+    if let Some(cp) = ctx.store.checkpoints {
         if let Some(e) = last {
-            cp.set_stream_offset(&ctx.checkpoint_id, &q.vhost, &q.name, e)?;
+            cp.set_stream_offset(&ctx.store.checkpoint_id, &q.vhost, &q.name, e)?;
         }
-        cp.complete_backup_queue(&ctx.checkpoint_id, &q.vhost, &q.name)?;
+        cp.complete_backup_queue(&ctx.store.checkpoint_id, &q.vhost, &q.name)?;
     }
     Ok(QueueBackup::from_segments(
         &q.vhost,
@@ -277,7 +243,7 @@ fn read_stream(
     let mut raw_messages = 0u64;
     let mut batches = Batches::new(batches, m);
     while end.is_none_or(|e| next <= e) {
-        if let Some(why) = ctx.lock.lost() {
+        if let Some(why) = ctx.read.lock.lost() {
             return Err(Error::Io(why));
         }
         if let Some(why) = crate::run::signals::stop_reason("backup") {

@@ -12,19 +12,19 @@
 //! (table and array headers of messages published over 0-9-1) is not in the backup; see
 //! README "Streams".
 
+use super::context::QueueContext;
 use super::resume;
 use super::segments::{build_segments, Batches, Upload};
-use super::QueueContext;
 use crate::broker::amqp::{Channel, Connection, Delivery, FieldValue};
+use crate::broker::management::QueueInfo;
 use crate::broker::QueueType;
 use crate::error::{Error, Result};
-use crate::broker::management::QueueInfo;
-use crate::repository::manifest::QueueBackup;
 use crate::metrics;
 use crate::now_ms;
-use crate::run::progress;
+use crate::repository::manifest::QueueBackup;
 use crate::repository::record::BackupRecord;
 use crate::repository::spool::spawn_named;
+use crate::run::progress;
 use crossbeam_channel::{bounded, Sender};
 use std::time::{Duration, Instant};
 
@@ -138,12 +138,13 @@ pub(super) fn backup_stream_amqp(
         return Ok(Some(done));
     }
     let after = resume::start_queue(ctx, q)?;
-    let options = ctx.connect_options(
+    let options = ctx.read.connect_options(
         &q.vhost,
-        ctx.earlier_run
+        ctx.read
+            .earlier_run
             .connection_name(&format!("{}/{}", q.vhost, q.name), ""),
     );
-    let conn = ctx.nodes.connect(&options, q.node.as_deref())?;
+    let conn = ctx.read.nodes.connect(&options, q.node.as_deref())?;
     let end = end_of_stream(ctx, &conn, q).map_err(with_conversion_hint)?;
     log::info!(
         "stream {} in vhost {}: backing up {} through AMQP 0-9-1 (backup.stream_enabled is false)",
@@ -222,6 +223,7 @@ fn read_to(
     let mut batches = Batches::new(batches, m);
     while next <= end {
         if let Some(why) = ctx
+            .read
             .lock
             .lost()
             .or_else(|| crate::run::signals::stop_reason("backup"))

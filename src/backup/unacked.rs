@@ -42,10 +42,10 @@
 //! unknown; after an earlier run, the ready count must stay the same for a moment before the
 //! read starts.
 
-use super::QueueContext;
+use super::context::QueueContext;
 use crate::broker::amqp::Channel;
-use crate::error::{Error, Result};
 use crate::broker::management::{ConsumerInfo, QueueInfo};
+use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
 /// How often the counts are read again while waiting.
@@ -156,7 +156,7 @@ pub(super) fn settle(
     floor: Floor,
 ) -> Result<AtStart> {
     let started = Instant::now();
-    let statistics = ctx.statistics;
+    let statistics = ctx.read.statistics;
     // What the broker counted at the start: every one of them must be ready, or accounted for.
     let mut counted = floor.0.max(if q.statistics { q.messages } else { 0 });
     // Messages unacknowledged at the start: the listing's, or the most found missing since.
@@ -183,7 +183,7 @@ pub(super) fn settle(
         if waiting.is_none()
             && live.consumers == 0
             && live.ready >= counted
-            && !(ctx.earlier_run.seen() && !(statistics && q.statistics))
+            && !(ctx.read.earlier_run.seen() && !(statistics && q.statistics))
         {
             return Ok(AtStart {
                 unacknowledged,
@@ -193,19 +193,26 @@ pub(super) fn settle(
         }
         let elapsed = started.elapsed();
         let verdict = if statistics {
-            let api = ctx.mgmt.queue_holders(&q.vhost, &q.name)?;
+            let api = ctx.read.mgmt.queue_holders(&q.vhost, &q.name)?;
             if api.statistics {
                 counted = counted.max(api.messages);
                 unacknowledged = unacknowledged.max(api.unacknowledged);
             }
-            judge_with_statistics(&api, live, counted, floor, elapsed, ctx.earlier_run.seen())
+            judge_with_statistics(
+                &api,
+                live,
+                counted,
+                floor,
+                elapsed,
+                ctx.read.earlier_run.seen(),
+            )
         } else {
             judge_without_statistics(
                 live,
                 counted,
                 floor,
                 elapsed,
-                ctx.earlier_run.seen(),
+                ctx.read.earlier_run.seen(),
                 steady_since.elapsed(),
             )
         };
@@ -253,8 +260,9 @@ pub(super) fn settle(
                 }
             }
         }
-        ctx.earlier_run.close_listed(ctx.mgmt);
+        ctx.read.earlier_run.close_listed(ctx.read.mgmt);
         if let Some(why) = ctx
+            .read
             .lock
             .lost()
             .or_else(|| crate::run::signals::stop_reason("backup"))

@@ -22,8 +22,8 @@
 //! connection goes through `amqp_url`.
 
 use crate::broker::amqp::{AmqpUrl, ConnectOptions, Connection};
-use crate::error::{Error, Result};
 use crate::broker::management::Listener;
+use crate::error::{Error, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 

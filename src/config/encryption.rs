@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::checks::config_err;
-use crate::repository::encryption::{Identities, Recipients};
 use crate::error::Result;
+use crate::repository::encryption::{Identities, Recipients};
 
 /// `backup.encryption`: encrypt every segment and the definitions export with age to these
 /// X25519 recipients (several allowed: an operator key and an escrow key). At least one key,

@@ -1,9 +1,9 @@
 //! `rmq-backup copy`: its options (argh), progress bar and run.
 
 use super::{copy, CopyOptions, Progress};
-use crate::repository::encryption::{Identities, Recipients};
 use crate::error::{Error, Result};
 use crate::inspect::Format;
+use crate::repository::encryption::{Identities, Recipients};
 use argh::FromArgs;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -62,7 +62,11 @@ impl CopyCmd {
             )?)
         };
         let identities = Identities::load(self.identity_file.as_deref(), "--identity-file")?;
-        let open = |url: &str| crate::repository::storage::open_url(&crate::repository::storage::parse_storage_url(url)?);
+        let open = |url: &str| {
+            crate::repository::storage::open_url(&crate::repository::storage::parse_storage_url(
+                url,
+            )?)
+        };
         let from = open(&self.from)?;
         let to = open(&self.to)?;
         if from.location() == to.location() {

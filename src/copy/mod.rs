@@ -28,8 +28,8 @@ mod report;
 
 pub use report::{BackupCopy, CopyReport};
 
-use crate::repository::encryption::{self, Identities, Recipients};
 use crate::error::{Error, Result};
+use crate::repository::encryption::{self, Identities, Recipients};
 use crate::repository::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
 use crate::repository::segment::{sha256_file, SegmentReader};
 use crate::repository::spool::SpoolDir;

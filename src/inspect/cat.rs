@@ -15,13 +15,13 @@
 
 use super::cat_json::CatLine;
 use crate::config::RestoreOptions;
-use crate::repository::encryption::Identities;
 use crate::error::{Error, Result};
+use crate::repository::encryption::Identities;
 use crate::repository::manifest::{Manifest, QueueBackup};
 use crate::repository::record::BackupRecord;
-use crate::restore::segments::{decode_segments, segment_in_window};
 use crate::repository::spool::SpoolDir;
 use crate::repository::storage::Storage;
+use crate::restore::segments::{decode_segments, segment_in_window};
 use argh::FromArgs;
 use std::io::Write;
 use std::sync::atomic::AtomicU64;
@@ -115,7 +115,8 @@ impl CatCmd {
         let time = |name: &str, v: &Option<String>| {
             v.as_deref()
                 .map(|s| {
-                    crate::run::units::parse_time(s).map_err(|e| Error::Config(format!("--{name}: {e}")))
+                    crate::run::units::parse_time(s)
+                        .map_err(|e| Error::Config(format!("--{name}: {e}")))
                 })
                 .transpose()
         };
@@ -129,7 +130,9 @@ impl CatCmd {
             delimiter: unescape(&self.delimiter)?,
         };
         let keys = Identities::load(self.identity_file.as_deref(), "--identity-file")?;
-        let storage = crate::repository::storage::open_url(&crate::repository::storage::parse_storage_url(&self.path)?)?;
+        let storage = crate::repository::storage::open_url(
+            &crate::repository::storage::parse_storage_url(&self.path)?,
+        )?;
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
         cat(

@@ -3,8 +3,8 @@
 //! JSON for scripts; `validate` returns a report whose `problems` decide exit code 3.
 
 use crate::error::{Error, Result};
-use crate::repository::manifest::{self, Manifest};
 use crate::now_ms;
+use crate::repository::manifest::{self, Manifest};
 use crate::repository::storage::Storage;
 use crate::run::units::{format_ms, human_bytes, table as render};
 use serde::Serialize;
@@ -137,7 +137,8 @@ pub fn status(storage: &dyn Storage, m: &Manifest) -> Result<&'static str> {
         None => vec![crate::repository::lock::LockName::backup(&m.backup_id)],
     };
     for name in &names {
-        if crate::repository::lock::read_named(storage, name)?.is_some_and(|l| l.is_live(now_ms())) {
+        if crate::repository::lock::read_named(storage, name)?.is_some_and(|l| l.is_live(now_ms()))
+        {
             return Ok("running");
         }
     }

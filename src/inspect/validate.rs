@@ -9,8 +9,8 @@
 
 use super::subset::Subset;
 use super::{read_manifest, render, status, to_json, Format};
-use crate::repository::encryption::Identities;
 use crate::error::{Error, Result};
+use crate::repository::encryption::Identities;
 use crate::repository::fetch::{fetch_segment, FetchedSegment};
 use crate::repository::manifest;
 use crate::repository::spool::SpoolDir;

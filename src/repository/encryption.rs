@@ -634,7 +634,10 @@ mod tests {
         std::fs::write(dir.join("p"), &plain).unwrap();
         let (size, sha) = r.encrypt_file(&dir.join("p"), &dir.join("s")).unwrap();
         assert_eq!(size, std::fs::metadata(dir.join("s")).unwrap().len());
-        assert_eq!(sha, crate::repository::segment::sha256_file(&dir.join("s")).unwrap());
+        assert_eq!(
+            sha,
+            crate::repository::segment::sha256_file(&dir.join("s")).unwrap()
+        );
         let ids = Identities::parse(&secret, "t").unwrap();
         ids.decrypt_file(&dir.join("s"), &dir.join("back"), "k")
             .unwrap();

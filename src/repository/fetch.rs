@@ -10,8 +10,8 @@
 //! here), then by its CRC32. The spool files are removed when the [`FetchedSegment`] is
 //! dropped, and on every error.
 
-use crate::repository::encryption::{self, Identities};
 use crate::error::{Error, Result};
+use crate::repository::encryption::{self, Identities};
 use crate::repository::manifest::{Manifest, SegmentMetadata};
 use crate::repository::segment::{sha256_file, SegmentReader};
 use crate::repository::storage::Storage;

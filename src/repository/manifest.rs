@@ -153,7 +153,8 @@ pub struct SegmentMetadata {
 impl SegmentMetadata {
     /// The segment's format version: `segment_version`, 1 when absent.
     pub fn version(&self) -> u8 {
-        self.segment_version.unwrap_or(crate::repository::segment::VERSION)
+        self.segment_version
+            .unwrap_or(crate::repository::segment::VERSION)
     }
 }
 
@@ -232,7 +233,8 @@ impl SegmentMetadata {
             checksum: seg.checksum.clone(),
             encryption: None,
             recipients: None,
-            segment_version: (seg.version != crate::repository::segment::VERSION).then_some(seg.version),
+            segment_version: (seg.version != crate::repository::segment::VERSION)
+                .then_some(seg.version),
         }
     }
 }
@@ -300,7 +302,10 @@ impl Manifest {
     /// Errors: `Storage error: Key not found: <id>/manifest.json` and the storage's;
     /// `Manifest error: Invalid manifest: ...`; `Manifest error: <id>/manifest.json ...` when
     /// it names another backup id or lists a key outside `{backup_id}/`.
-    pub fn read(storage: &dyn crate::repository::storage::Storage, backup_id: &str) -> Result<Manifest> {
+    pub fn read(
+        storage: &dyn crate::repository::storage::Storage,
+        backup_id: &str,
+    ) -> Result<Manifest> {
         let key = manifest_key(backup_id);
         let bytes = match storage.get_bytes(&key) {
             Ok(bytes) => bytes,

@@ -25,20 +25,20 @@ pub(crate) mod segments;
 mod target;
 
 use crate::broker::amqp::ConnectOptions;
+use crate::broker::definitions;
+use crate::broker::management::ManagementClient;
+use crate::broker::nodes::Nodes;
 use crate::broker::{BrokerVersion, QueueType};
-use crate::repository::checkpoint::Checkpoints;
 use crate::config::RestoreEncryption;
 use crate::config::{Config, PublishMode, RestoreOptions, StreamOffsets, TargetConfig};
-use crate::broker::definitions;
-use crate::repository::encryption::Identities;
 use crate::error::{Error, Result};
-use crate::broker::management::ManagementClient;
-use crate::repository::manifest::{Manifest, QueueBackup};
 use crate::metrics::{self, Counter};
-use crate::broker::nodes::Nodes;
-use crate::run::progress;
+use crate::repository::checkpoint::Checkpoints;
+use crate::repository::encryption::Identities;
+use crate::repository::manifest::{Manifest, QueueBackup};
 use crate::repository::spool::{spawn_named, SpoolDir};
 use crate::repository::storage::Storage;
+use crate::run::progress;
 use outgoing::Outgoing;
 use plan::{
     check_segments_exist, create_missing_queues, mark_converted, report_rerun, restore_key,
@@ -208,7 +208,8 @@ fn run_job(
                     break;
                 };
                 let mut entry = summary.queues[*index].clone();
-                let _log = crate::run::logging::queue_scope(&entry.source_vhost, &entry.source_queue);
+                let _log =
+                    crate::run::logging::queue_scope(&entry.source_vhost, &entry.source_queue);
                 let checkpoint = checkpoints.as_ref().map(|cp| QueueCheckpoint {
                     store: cp,
                     key: restore_key(backup_id, &entry),
@@ -428,7 +429,8 @@ fn restore_queue(
     );
     // One thread fetches, verifies and decodes segments; this one publishes. Batches in between
     // keep memory bounded while decoding overlaps the wait for confirms.
-    let mut stream_options = crate::broker::stream::StreamOptions::from_amqp_url(&options.url, stream_port);
+    let mut stream_options =
+        crate::broker::stream::StreamOptions::from_amqp_url(&options.url, stream_port);
     stream_options.tls = options.tls.clone();
     stream_options.connection_name = options.connection_name.clone();
     let mut translation = consumer_offsets(opts, backup, entry);

@@ -19,9 +19,9 @@
 //! `end - n .. end`, `end` read from the target's last chunk. This holds when nothing else
 //! publishes to the target stream during the restore (README says so).
 
-use crate::error::{Error, Result};
 use crate::broker::stream::offsets::last_offset;
 use crate::broker::stream::{StreamConnection, StreamOptions};
+use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

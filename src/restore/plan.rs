@@ -3,12 +3,12 @@
 //! do after a failure.
 
 use super::segments::segment_in_window;
-use crate::broker::QueueType;
-use crate::repository::checkpoint::RestoreKey;
-use crate::config::RestoreOptions;
 use crate::broker::definitions::ImportSummary;
-use crate::error::{Error, Result};
 use crate::broker::management::ManagementClient;
+use crate::broker::QueueType;
+use crate::config::RestoreOptions;
+use crate::error::{Error, Result};
+use crate::repository::checkpoint::RestoreKey;
 use crate::repository::manifest::Manifest;
 use crate::repository::storage::Storage;
 use std::time::Duration;

@@ -7,10 +7,10 @@ use super::outgoing::Outgoing;
 use super::raw_stream::StreamTarget;
 use super::QueueRestore;
 use crate::broker::amqp::Channel;
-use crate::repository::checkpoint::{Checkpoints, RestoreKey};
 use crate::config::{PublishMode, RestoreOptions};
 use crate::error::{Error, Result};
 use crate::metrics::{Counter, RestoreQueueMetrics};
+use crate::repository::checkpoint::{Checkpoints, RestoreKey};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

@@ -7,10 +7,10 @@
 //! is confirmed before the next record goes out over 0-9-1, so the stream keeps the backup's
 //! order.
 
-use crate::error::{Error, Result};
-use crate::repository::record::{BackupHeaderValue, BackupRecord};
 use crate::broker::stream::amqp10::{RAW_BODY_HEADER, RAW_BODY_VALUE};
 use crate::broker::stream::{Publisher, StreamConnection, StreamOptions};
+use crate::error::{Error, Result};
+use crate::repository::record::{BackupHeaderValue, BackupRecord};
 use std::time::Duration;
 
 /// Longest wait for the confirms of one batch.

@@ -3,8 +3,8 @@
 //! is used, decoded, filtered by the window, and sent in batches to the publisher, in order.
 
 use crate::config::RestoreOptions;
-use crate::repository::encryption::Identities;
 use crate::error::{Error, Result};
+use crate::repository::encryption::Identities;
 use crate::repository::fetch::{fetch_segment, FetchedSegment};
 use crate::repository::manifest::{QueueBackup, SegmentMetadata};
 use crate::repository::record::BackupRecord;
@@ -231,18 +231,22 @@ fn read_segments(
             rxs.push(rx);
             let mine: Vec<&SegmentMetadata> =
                 todo.iter().skip(r).step_by(readers).copied().collect();
-            handles.push(crate::repository::spool::spawn_named(s, "segment-reader", move || {
-                let _log = crate::run::logging::queue_scope(&backup.vhost, &backup.name);
-                for segment in mine {
-                    let mut send = |chunk| Ok(tx.send(Piece::Chunk(chunk)).is_ok());
-                    let read =
-                        read_segment(storage, spool, segment, chunk_records, keys, &mut send);
-                    let go = matches!(read, Ok(true));
-                    if tx.send(Piece::End(read.map(|_| ()))).is_err() || !go {
-                        return; // this thread's consumer stopped, or the segment failed
+            handles.push(crate::repository::spool::spawn_named(
+                s,
+                "segment-reader",
+                move || {
+                    let _log = crate::run::logging::queue_scope(&backup.vhost, &backup.name);
+                    for segment in mine {
+                        let mut send = |chunk| Ok(tx.send(Piece::Chunk(chunk)).is_ok());
+                        let read =
+                            read_segment(storage, spool, segment, chunk_records, keys, &mut send);
+                        let go = matches!(read, Ok(true));
+                        if tx.send(Piece::End(read.map(|_| ()))).is_err() || !go {
+                            return; // this thread's consumer stopped, or the segment failed
+                        }
                     }
-                }
-            }));
+                },
+            ));
         }
         let mut take_in_order = || -> Result<()> {
             for i in 0..todo.len() {

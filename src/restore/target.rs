@@ -8,10 +8,10 @@
 
 use super::QueueRestore;
 use crate::broker::amqp::AmqpUrl;
-use crate::broker::QueueType;
-use crate::error::Result;
 use crate::broker::management::{ManagementClient, QueueInfo};
 use crate::broker::nodes::Nodes;
+use crate::broker::QueueType;
+use crate::error::Result;
 use std::collections::{BTreeMap, HashMap};
 
 /// Sets each queue's `target_is_stream` and `target_node`, and returns the target's nodes

@@ -69,7 +69,9 @@ impl ForgetCmd {
             prune: self.prune,
             prune_grace: self.prune_grace.unwrap_or(DEFAULT_PRUNE_GRACE),
         };
-        let storage = crate::repository::storage::open_url(&crate::repository::storage::parse_storage_url(&self.path)?)?;
+        let storage = crate::repository::storage::open_url(
+            &crate::repository::storage::parse_storage_url(&self.path)?,
+        )?;
         let report = forget(&storage, &opts)?;
         print!("{}", report.render(self.format == Format::Json)?);
         Ok(if report.errors.is_empty() { 0 } else { 1 })

@@ -30,9 +30,9 @@ pub use policy::{Count, Policy, Reason, Within};
 pub use report::{BackupDecision, ForgetReport};
 
 use crate::error::{Error, Result};
+use crate::now_ms;
 use crate::repository::lock::{Judge, LockInfo, LockName, RunLock, Timing};
 use crate::repository::manifest::{manifest_key, Manifest};
-use crate::now_ms;
 use crate::repository::storage::Storage;
 use std::sync::Arc;
 

@@ -29,9 +29,9 @@
 
 use super::{busy_judged, Options};
 use crate::error::Result;
+use crate::now_ms;
 use crate::repository::lock::{Judge, Timing};
 use crate::repository::manifest::Manifest;
-use crate::now_ms;
 use crate::repository::storage::Storage;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};

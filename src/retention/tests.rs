@@ -431,7 +431,11 @@ impl Storage for RunStartsAtLockDelete {
     fn put_bytes_new(&self, k: &str, d: &[u8]) -> Result<crate::repository::storage::Conditional> {
         self.inner.put_bytes_new(k, d)
     }
-    fn put_file_new(&self, k: &str, p: &std::path::Path) -> Result<crate::repository::storage::Conditional> {
+    fn put_file_new(
+        &self,
+        k: &str,
+        p: &std::path::Path,
+    ) -> Result<crate::repository::storage::Conditional> {
         self.inner.put_file_new(k, p)
     }
     fn get_with_version(

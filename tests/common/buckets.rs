@@ -19,7 +19,10 @@ pub const AZ_KEY: &str =
 pub const AZ_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
 
 /// A container on Azurite for one test, deleted with its blobs on drop.
-pub struct AzContainer(pub rmq_backup::repository::storage::azure::AzureBlobStorage, pub String);
+pub struct AzContainer(
+    pub rmq_backup::repository::storage::azure::AzureBlobStorage,
+    pub String,
+);
 
 impl AzContainer {
     pub fn new(tag: &str) -> AzContainer {

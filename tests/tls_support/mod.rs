@@ -11,9 +11,9 @@
 
 use crate::common::unique_suffix;
 use rmq_backup::broker::amqp::{AmqpUrl, ConnectOptions, Connection};
-use rmq_backup::config::TlsConfig;
 use rmq_backup::broker::management::ManagementClient;
 use rmq_backup::broker::tls::TlsClient;
+use rmq_backup::config::TlsConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -11,8 +11,8 @@ use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use super::codec::{check_frame_head, Frame, FrameHead, FRAME_END, FRAME_HEADER_SIZE};
-use crate::error::Error;
 use crate::broker::tls::{TlsClient, TlsStream};
+use crate::error::Error;
 
 /// Smallest frame-reader buffer, bytes.
 pub const MIN_READ_BUFFER: usize = 128 * 1024;

@@ -24,11 +24,11 @@ pub use migrate::{
 };
 pub use select::{rename, select};
 
+use crate::broker::management::ManagementClient;
 use crate::broker::BrokerVersion;
 use crate::config::{ConvertMirroredQueues, RestoreOptions};
-use crate::repository::encryption::{self, Identities, Recipients};
 use crate::error::{Error, Result};
-use crate::broker::management::ManagementClient;
+use crate::repository::encryption::{self, Identities, Recipients};
 use crate::repository::manifest::DefinitionsBackup;
 use crate::repository::segment::Compression;
 use crate::repository::storage::Storage;
@@ -200,7 +200,8 @@ pub fn import(
         ext.push_str(encryption::EXTENSION);
         stored = recipients.encrypt_bytes(&stored)?;
     }
-    let rollback_key = crate::repository::manifest::rollback_definitions_key(backup_id, crate::now_ms(), &ext);
+    let rollback_key =
+        crate::repository::manifest::rollback_definitions_key(backup_id, crate::now_ms(), &ext);
     storage.put_bytes(&rollback_key, &stored)?;
     log::info!("target definitions saved to {rollback_key} before the import");
     let body =

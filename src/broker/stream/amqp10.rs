@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 
 mod container;
 mod encode;
+mod field;
 mod record;
 pub use encode::{encode_message, encode_value};
 pub use record::{to_record, Conversion, Origin, RAW_BODY_HEADER, RAW_BODY_VALUE};

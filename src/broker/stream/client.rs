@@ -11,7 +11,8 @@
 //! a broker silent for two heartbeat intervals is a lost connection (`Connection error: ...`).
 
 pub use super::handshake::StreamOptions;
-use super::handshake::{handshake, io_lost, open_frame, stream_refused};
+use super::handshake::{handshake, io_lost, stream_refused};
+use super::protocol::open_frame;
 use super::protocol::{key, FrameBuf, OffsetSpec, RESPONSE_OK};
 use super::reader::{reader_loop, Frame, Shared};
 use crate::broker::amqp::transport::Transport;

@@ -2,7 +2,7 @@
 //! SaslHandshake, SaslAuthenticate with PLAIN, Tune, Open, on the caller's thread, each step
 //! bounded by `rpc_timeout`; and the frame helpers the client shares with its reader thread.
 
-use super::protocol::{key, response_text, Cursor, FrameBuf, RESPONSE_OK};
+use super::protocol::{key, open_frame, response_text, Cursor, FrameBuf, RESPONSE_OK};
 use super::reader::{Frame, MAX_FRAME};
 use crate::broker::amqp::transport::Transport;
 use crate::error::{Error, Result};
@@ -95,14 +95,6 @@ pub(super) fn io_lost(endpoint: &str, e: std::io::Error) -> Error {
         ),
         _ => Error::Connection(format!("stream connection to {endpoint} lost: {e}")),
     }
-}
-
-/// Key, version, and a cursor over the rest of a frame.
-pub(super) fn open_frame(f: &[u8]) -> Result<(u16, Cursor<'_>)> {
-    let mut c = Cursor::new(f);
-    let k = c.u16()?;
-    let _version = c.u16()?;
-    Ok((k, c))
 }
 
 /// Reads the next frame of the handshake, which must come before `deadline` (the whole

@@ -3,7 +3,7 @@
 //! `frame_max` of 4 GiB. Each ends the connection with a clear error, within bounded memory
 //! and time; none hangs or panics.
 
-use super::handshake::open_frame;
+use super::protocol::open_frame;
 use super::protocol::{key, FrameBuf, RESPONSE_OK};
 use super::{OffsetSpec, StreamConnection, StreamOptions};
 use std::io::{Read, Write};

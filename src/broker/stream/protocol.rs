@@ -256,6 +256,14 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Key, version, and a cursor over the rest of a frame.
+pub(super) fn open_frame(f: &[u8]) -> Result<(u16, Cursor<'_>)> {
+    let mut c = Cursor::new(f);
+    let k = c.u16()?;
+    let _version = c.u16()?;
+    Ok((k, c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

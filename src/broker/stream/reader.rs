@@ -2,8 +2,7 @@
 //! request by correlation id, chunks to their subscription, confirms to their publisher),
 //! heartbeats both ways, the broker's `Close` answered.
 
-use super::handshake::open_frame;
-use super::protocol::{key, response_text, FrameBuf, RESPONSE_OK};
+use super::protocol::{key, open_frame, response_text, FrameBuf, RESPONSE_OK};
 use crate::broker::amqp::transport::Transport;
 use crate::error::{Error, Result};
 use crossbeam_channel::Sender;

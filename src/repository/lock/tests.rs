@@ -282,7 +282,12 @@ fn every_exit_path_stops_the_heartbeat() {
 }
 
 /// A filesystem storage in a temporary directory (it stamps objects with their mtime).
-fn fs_store(tag: &str) -> (crate::repository::storage::conformance::TempDir, Arc<dyn Storage>) {
+fn fs_store(
+    tag: &str,
+) -> (
+    crate::repository::storage::conformance::TempDir,
+    Arc<dyn Storage>,
+) {
     let dir = crate::repository::storage::conformance::TempDir::new(tag);
     let fs = crate::repository::storage::open_filesystem(&dir.0, None).unwrap();
     (dir, fs)

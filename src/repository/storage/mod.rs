@@ -657,7 +657,8 @@ pub(crate) mod conformance {
             .expect("lock");
         let stamped = s.list_with_times(&name.key).expect("times")[0].1.is_some();
         let fast = || crate::now_ms() + 180_000;
-        let judge = crate::repository::lock::Judge::new(s, crate::repository::lock::Timing::DEFAULT, &fast);
+        let judge =
+            crate::repository::lock::Judge::new(s, crate::repository::lock::Timing::DEFAULT, &fast);
         let busy = judge.busy(&name).expect("judge");
         if stamped {
             let age = busy.expect("a fresh lock is busy").1.expect("age");

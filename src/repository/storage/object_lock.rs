@@ -55,7 +55,10 @@ impl ObjectLock {
     /// [`Self::until_ms`] as RFC 3339 UTC (`2026-12-27T02:33:01Z`), as S3 and GCS take it.
     pub fn until_rfc3339(&self) -> String {
         let ms = self.until_ms();
-        format!("{}Z", crate::run::units::format_ms(ms).replacen(' ', "T", 1))
+        format!(
+            "{}Z",
+            crate::run::units::format_ms(ms).replacen(' ', "T", 1)
+        )
     }
 }
 

@@ -731,7 +731,8 @@ pub(crate) mod tests {
     fn prefixed_seaweedfs_conforms() {
         let b = TestBucket::new("prefixed");
         let s: Arc<dyn Storage> = Arc::new(S3Storage::open(options(&b.0, ADMIN)).expect("open"));
-        let p = crate::repository::storage::with_prefix(s.clone(), Some("team/prod")).expect("prefix");
+        let p =
+            crate::repository::storage::with_prefix(s.clone(), Some("team/prod")).expect("prefix");
         conformance::run(p.as_ref());
         p.put_bytes("b1/manifest.json", b"{}").expect("put");
         assert_eq!(s.list("").expect("list"), ["team/prod/b1/manifest.json"]);

@@ -31,7 +31,7 @@
 //! application properties ...) is stored whole (`super::record`). The header's first-acquirer
 //! and delivery-count are not content and are not kept.
 
-use super::record::{describe, short_string, symbol, whole_seconds, Mapped};
+use super::field::{describe, short_string, symbol, whole_seconds, Mapped};
 use super::{type_name, Message, Value};
 use crate::repository::record::{BackupHeaderValue, BackupProperties};
 

@@ -29,6 +29,7 @@
 //! single header [`RAW_BODY_HEADER`] = [`RAW_BODY_VALUE`] and no properties. A restore into a
 //! stream publishes those bytes back over the stream protocol, unchanged.
 
+use super::field::{describe, short_string, symbol, whole_seconds, Mapped};
 use super::{decode_message, type_name, Message, Value};
 use crate::repository::record::{BackupHeaderValue, BackupProperties, BackupRecord};
 
@@ -119,47 +120,6 @@ fn raw(bytes: &[u8], at: Origin) -> BackupRecord {
         backed_up_at: at.backed_up_at,
         source_queue: at.stream.to_string(),
         source_vhost: at.vhost.to_string(),
-    }
-}
-
-pub(super) type Mapped<T> = std::result::Result<T, String>;
-
-/// A string of at most 255 bytes (a 0-9-1 short string).
-pub(super) fn short_string(v: &Value, what: &str) -> Mapped<String> {
-    match v {
-        Value::String(s) if s.len() <= 255 => Ok(s.clone()),
-        other => Err(format!(
-            "{what} is a {} a 0-9-1 short string cannot hold",
-            describe(other)
-        )),
-    }
-}
-
-pub(super) fn symbol(v: &Value, what: &str) -> Mapped<String> {
-    match v {
-        Value::Symbol(s) if s.len() <= 255 => Ok(s.clone()),
-        other => Err(format!(
-            "{what} is a {}, not a symbol of at most 255 bytes",
-            describe(other)
-        )),
-    }
-}
-
-pub(super) fn describe(v: &Value) -> String {
-    match v {
-        Value::String(s) | Value::Symbol(s) if s.len() > 255 => {
-            format!("{} of {} bytes", type_name(v), s.len())
-        }
-        other => type_name(other).to_string(),
-    }
-}
-
-/// Epoch ms as 0-9-1 seconds, when no precision is lost.
-pub(super) fn whole_seconds(ms: i64, what: &str) -> Mapped<i64> {
-    if ms >= 0 && ms % 1000 == 0 {
-        Ok(ms / 1000)
-    } else {
-        Err(format!("{what} {ms} ms is not whole seconds since 1970"))
     }
 }
 

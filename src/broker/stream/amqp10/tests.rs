@@ -146,7 +146,10 @@ fn stored_whole(bytes: &[u8]) -> String {
             BackupHeaderValue::LongString(RAW_BODY_VALUE.into())
         )]
     );
-    assert_eq!(rec.properties, crate::repository::record::BackupProperties::default());
+    assert_eq!(
+        rec.properties,
+        crate::repository::record::BackupProperties::default()
+    );
     assert_eq!((rec.delivery_tag, rec.exchange.as_str()), (9, ""));
     why
 }

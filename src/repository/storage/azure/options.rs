@@ -155,10 +155,9 @@ impl AzureOptions {
             put_threshold: DEFAULT_PUT_THRESHOLD,
             block_size: DEFAULT_BLOCK_SIZE,
             retry: Policy::for_backend("azure"),
-            object_lock: cfg
-                .object_lock
-                .as_ref()
-                .map(|l| crate::repository::storage::object_lock::ObjectLock::new(l, cfg.prefix.as_deref())),
+            object_lock: cfg.object_lock.as_ref().map(|l| {
+                crate::repository::storage::object_lock::ObjectLock::new(l, cfg.prefix.as_deref())
+            }),
         })
     }
 }

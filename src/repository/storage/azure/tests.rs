@@ -279,15 +279,16 @@ fn a_retry_that_meets_its_own_write_counts_as_written() {
     let c = Container::new("condretry");
     // Lost: the answers of the first and third Put Blob and of the first Put Block List.
     let (puts, commits) = (AtomicU32::new(0), AtomicU32::new(0));
-    let proxy = crate::repository::storage::s3::lossy_proxy::start("127.0.0.1:10000", move |line| {
-        if line.starts_with("PUT ") && line.contains("comp=blocklist") {
-            commits.fetch_add(1, Ordering::SeqCst) == 0
-        } else {
-            line.starts_with("PUT ")
-                && !line.contains("comp=")
-                && [0, 2].contains(&puts.fetch_add(1, Ordering::SeqCst))
-        }
-    });
+    let proxy =
+        crate::repository::storage::s3::lossy_proxy::start("127.0.0.1:10000", move |line| {
+            if line.starts_with("PUT ") && line.contains("comp=blocklist") {
+                commits.fetch_add(1, Ordering::SeqCst) == 0
+            } else {
+                line.starts_with("PUT ")
+                    && !line.contains("comp=")
+                    && [0, 2].contains(&puts.fetch_add(1, Ordering::SeqCst))
+            }
+        });
     let mut o = options(&c.name, key_cred());
     o.endpoint = Some(format!("{}/{ACCOUNT}", proxy.url));
     o.put_threshold = 100_000;

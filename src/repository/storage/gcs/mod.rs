@@ -130,10 +130,9 @@ fn open_with_env(
     };
     let mut opts = GcsOptions::new(&cfg.bucket, credentials);
     opts.endpoint = endpoint;
-    opts.object_lock = cfg
-        .object_lock
-        .as_ref()
-        .map(|l| crate::repository::storage::object_lock::ObjectLock::new(l, cfg.prefix.as_deref()));
+    opts.object_lock = cfg.object_lock.as_ref().map(|l| {
+        crate::repository::storage::object_lock::ObjectLock::new(l, cfg.prefix.as_deref())
+    });
     GcsBackend::new(opts)
 }
 
