@@ -4,7 +4,7 @@
 //! the repository side ([`StoreContext`]: segments, their encryption and compression, storage,
 //! checkpoints, what an earlier run stored). A queue's job gets both ([`QueueContext`]).
 
-use super::{alarm, earlier_run, quorum, resume, LeftOut};
+use super::{alarm, earlier_run, quorum, stored, LeftOut};
 use crate::broker::management::ManagementClient;
 use crate::broker::nodes::Nodes;
 use crate::config::{BackupOptions, SourceConfig};
@@ -74,7 +74,7 @@ pub(super) struct StoreContext<'a> {
     pub(super) checkpoints: Option<&'a Checkpoints>,
     /// The segments storage held for this backup id when the run started, and the highest
     /// segment number each queue's attempts of this run assigned.
-    pub(super) earlier: resume::Earlier,
+    pub(super) earlier: stored::Earlier,
     /// Queues (vhost, name) read more than once by this run (`retry`): their abandoned
     /// attempts' segments are removed once the backup completes.
     pub(super) retried: Mutex<std::collections::HashSet<(String, String)>>,

@@ -28,6 +28,7 @@ mod retry;
 mod run_state;
 mod segments;
 mod select;
+mod stored;
 mod stream;
 mod stream_amqp;
 mod unacked;
@@ -246,7 +247,7 @@ fn run_job(
             log::warn!("unfinished writes of an earlier run are left under {backup_id}/ (harmless; forget --prune removes them): {e}");
         }
     }
-    let earlier = resume::Earlier::list(storage.as_ref(), backup_id)?;
+    let earlier = stored::Earlier::list(storage.as_ref(), backup_id)?;
     // A manifest with completed_at null first: a run that dies from here on reads as
     // interrupted, and never leaves an older manifest in front of new segments.
     let mut manifest_writer = ManifestWriter::new(&target, interrupted.as_ref());

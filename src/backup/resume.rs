@@ -12,7 +12,7 @@
 //!   the version to set): a rerun does not mix versions within a queue ([`same_version`]).
 //!
 //! Either way a queue read again writes its segments with numbers after the highest segment of
-//! that queue already in storage ([`Earlier`], one listing at the start of the run), so no
+//! that queue already in storage (`super::stored::Earlier`, one listing at the start of the run), so no
 //! segment is ever overwritten, and once the rerun's manifest is complete and read back
 //! unchanged, the segments it does not list are deleted (best effort: a storage that refuses
 //! deletes leaves them, unlisted, and `validate` ignores them).
@@ -26,58 +26,7 @@ use crate::repository::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
 use crate::repository::segment::sha256_file;
 use crate::repository::spool::unique_file;
 use crate::repository::storage::Storage;
-use std::collections::{HashMap, HashSet};
-
-/// What storage holds under `{backup_id}/queues/` when a run starts: segments of an earlier
-/// run of this backup, or of an older backup with the same id.
-#[derive(Debug, Default)]
-pub(super) struct Earlier {
-    /// The highest segment number under each queue's prefix: stored when the run started, or
-    /// assigned by an attempt of this run since ([`Earlier::assigned`]).
-    highest: std::sync::Mutex<HashMap<String, u64>>,
-    /// How many keys there were.
-    pub(super) keys: usize,
-}
-
-impl Earlier {
-    /// Lists `{backup_id}/queues/` once. Errors: the storage's.
-    pub(super) fn list(storage: &dyn Storage, backup_id: &str) -> Result<Earlier> {
-        let keys = storage.list(&format!("{backup_id}/queues/"))?;
-        let mut highest: HashMap<String, u64> = HashMap::new();
-        for key in &keys {
-            let Some((prefix, name)) = key.rsplit_once('/') else {
-                continue;
-            };
-            if let Some(n) = segment_number(name) {
-                let h = highest.entry(format!("{prefix}/")).or_default();
-                *h = (*h).max(n);
-            }
-        }
-        Ok(Earlier {
-            highest: std::sync::Mutex::new(highest),
-            keys: keys.len(),
-        })
-    }
-
-    /// The highest segment number stored for `q` when the run started or assigned since (0
-    /// when none).
-    fn highest(&self, backup_id: &str, q: &QueueInfo) -> u64 {
-        let prefix = manifest::queue_prefix(backup_id, &q.vhost, &q.name);
-        self.highest
-            .lock()
-            .map(|h| h.get(&prefix).copied().unwrap_or(0))
-            .unwrap_or(0)
-    }
-
-    /// Segment `sequence` of `q` was assigned by this run: a later attempt numbers after it.
-    pub(super) fn assigned(&self, backup_id: &str, q: &QueueInfo, sequence: u64) {
-        let prefix = manifest::queue_prefix(backup_id, &q.vhost, &q.name);
-        if let Ok(mut h) = self.highest.lock() {
-            let e = h.entry(prefix).or_default();
-            *e = (*e).max(sequence);
-        }
-    }
-}
+use std::collections::HashSet;
 
 /// When the checkpoint database says `q` was completed by an earlier run and every one of its
 /// segments checks out, the queue's manifest entry made of them; `None` when it must be read.
@@ -389,15 +338,6 @@ fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
     Ok(last?.delivery_tag)
 }
 
-/// The number of a segment file name (`segment-0012.zst` -> 12).
-fn segment_number(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("segment-")?;
-    let end = digits
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(digits.len());
-    digits[..end].parse().ok()
-}
-
 /// After a run completed: deletes the segments under the queues of `manifest` (those of
 /// `only`, when given: `(vhost, name)`) that it does not list (an earlier run's, an older
 /// backup's with the same id, or an abandoned attempt's of this run), once the manifest read
@@ -563,14 +503,5 @@ mod tests {
         );
         // Plain segments say nothing about keys.
         assert_eq!(other_recipients(Some(&run), &[seg(1, None)]), None);
-    }
-
-    #[test]
-    fn segment_numbers_come_from_file_names() {
-        assert_eq!(segment_number("segment-0001.zst"), Some(1));
-        assert_eq!(segment_number("segment-12345.lz4"), Some(12345));
-        assert_eq!(segment_number("segment-0007"), Some(7));
-        assert_eq!(segment_number("other-0001.zst"), None);
-        assert_eq!(segment_number("segment-.zst"), None);
     }
 }
