@@ -1,4 +1,4 @@
-//! Append-only credentials (README "Protecting backups from deletion"): a backup whose storage
+//! Append-only credentials (docs/protecting-backups.md "Protecting backups from deletion"): a backup whose storage
 //! refuses every delete completes, leaves the objects it would have tidied away in place (one
 //! warning), and restores identical. The storage here is the memory backend behind a wrapper
 //! that refuses deletes as S3 answers a policy denying `s3:DeleteObject`.

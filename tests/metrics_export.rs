@@ -1,4 +1,4 @@
-//! The metrics of a run after the process exits (README "Metrics that outlive a run"): real
+//! The metrics of a run after the process exits (docs/metrics.md "Metrics that outlive a run"): real
 //! backups of the local broker write `metrics.textfile` and push to a real Pushgateway
 //! (Debian's `prometheus-pushgateway`, started here on a free port); a failed backup records
 //! exit code 1 and keeps the last success in both; a failed checkpoint sync is counted.

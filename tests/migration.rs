@@ -1,4 +1,4 @@
-//! From RabbitMQ 3.x to 4.x (README "From RabbitMQ 3.x to 4.x"): a backup of a 3.10.8 vhost
+//! From RabbitMQ 3.x to 4.x (docs/migration.md "From RabbitMQ 3.x to 4.x"): a backup of a 3.10.8 vhost
 //! with classic-mirroring policies, restored with its definitions into 4.3.6 (as it was, with
 //! the mirrored queue converted to a quorum queue, and with that queue created by
 //! `create_missing_queues`), into 4.0.5, and into 3.10.8.

@@ -1,4 +1,4 @@
-//! `storage.object_lock` against emulators (README "Protecting backups from deletion"):
+//! `storage.object_lock` against emulators (docs/protecting-backups.md "Protecting backups from deletion"):
 //!
 //! - SeaweedFS enforces S3 Object Lock on a bucket created with it (AWS's semantics: a delete
 //!   without a version id only adds a delete marker; a delete of a locked version is refused

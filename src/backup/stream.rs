@@ -328,7 +328,7 @@ fn read_stream(
     }
     if raw_messages > 0 {
         log::warn!(
-            "stream {} in vhost {}: {raw_messages} message(s) stored whole as AMQP 1.0 bytes (README \"Streams\")",
+            "stream {} in vhost {}: {raw_messages} message(s) stored whole as AMQP 1.0 bytes (docs/streams.md \"Streams\")",
             q.name,
             q.vhost
         );

@@ -10,7 +10,7 @@
 //! metadata, not part of the message: it gives the record's offset (its `delivery_tag`,
 //! SPEC.md "Segment file") and is left out of its headers. What the broker's 0-9-1 conversion drops
 //! (table and array headers of messages published over 0-9-1) is not in the backup; see
-//! README "Streams".
+//! docs/streams.md "Streams".
 
 use super::context::QueueContext;
 use super::resume;

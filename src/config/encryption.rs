@@ -1,4 +1,4 @@
-//! `backup.encryption` and `restore.encryption` (README "Encryption at rest"): the public keys
+//! `backup.encryption` and `restore.encryption` (docs/encryption.md "Encryption at rest"): the public keys
 //! a backup encrypts to, and the identity a restore decrypts with. Parsing, and reading the
 //! key files they name; the encryption itself is `crate::repository::encryption`.
 

@@ -128,7 +128,7 @@ pub struct Config {
     /// Restore options; every field has a default.
     #[serde(default)]
     pub restore: RestoreOptions,
-    /// The checkpoint database of resumable runs (README "Resuming a killed run"); absent
+    /// The checkpoint database of resumable runs (docs/resuming.md "Resuming a killed run"); absent
     /// means none: a rerun reads every queue again.
     #[serde(default)]
     pub offset_storage: Option<OffsetStorageConfig>,

@@ -1,4 +1,4 @@
-//! `storage.object_lock` (README "Protecting backups from deletion"): a retention date set on
+//! `storage.object_lock` (docs/protecting-backups.md "Protecting backups from deletion"): a retention date set on
 //! every object a backup writes, so that nobody (with `compliance`), or nobody without the
 //! right to bypass it (with `governance`), deletes or overwrites it before that date. The
 //! backends apply it (`crate::repository::storage::object_lock`); this file only parses it.

@@ -44,7 +44,7 @@ impl DefinitionsSelection {
     }
 }
 
-/// `restore.convert_mirrored_queues` (README "From RabbitMQ 3.x to 4.x"): the type a classic
+/// `restore.convert_mirrored_queues` (docs/migration.md "From RabbitMQ 3.x to 4.x"): the type a classic
 /// queue that a classic-mirroring policy applied to in the backup is declared with when the
 /// target runs RabbitMQ 4.x, which removed mirroring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -103,12 +103,12 @@ pub struct RestoreOptions {
     /// What becomes of the stream consumer offsets a backup holds
     /// (`backup.stream_offset_references`); default translate.
     pub stream_offsets: StreamOffsets,
-    /// Where the identity of an encrypted backup is (README "Encryption at rest"); unset:
+    /// Where the identity of an encrypted backup is (docs/encryption.md "Encryption at rest"); unset:
     /// `RMQ_BACKUP_AGE_IDENTITY`.
     pub encryption: Option<super::encryption::RestoreEncryption>,
 }
 
-/// `restore.stream_offsets` (README "Stream consumer offsets").
+/// `restore.stream_offsets` (docs/streams.md "Stream consumer offsets").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamOffsets {

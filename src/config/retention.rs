@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The configuration's `retention:` section: the same rules as `forget`, applied after each
-/// successful backup (README "Retention (forget)"). Counts are whole numbers or `unlimited`;
+/// successful backup (docs/retention.md "Retention (forget)"). Counts are whole numbers or `unlimited`;
 /// `keep_within` and `prune_grace` are restic durations (`30d`, `1y6m`, `36h`), at most
 /// 10,000 years (`crate::retention::policy::MAX_WITHIN_MS`): a longer one fails the
 /// configuration's loading with `Configuration error: ...` (exit 2), as on the command line.

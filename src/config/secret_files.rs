@@ -1,4 +1,4 @@
-//! Secrets from files (README "Secrets"): every secret of the configuration can be given as a
+//! Secrets from files (docs/configuration.md "Secrets"): every secret of the configuration can be given as a
 //! path whose file holds it (`*_file` fields), the way Kubernetes mounts a Secret as files.
 //! Read once at load, after `${ENV}` interpolation and before validation; the value then
 //! takes the place of the field it stands for. One trailing newline (`\n` or `\r\n`) is

@@ -29,11 +29,11 @@ pub struct SourceConfig {
     /// `management_password_file`.
     #[serde(default)]
     pub management_password: Secret,
-    /// A file holding the management API password (README "Secrets"), instead of
+    /// A file holding the management API password (docs/configuration.md "Secrets"), instead of
     /// `management_password`.
     #[serde(default)]
     pub management_password_file: Option<PathBuf>,
-    /// A file holding the password of the user of every `amqp_url` (README "Secrets"); the
+    /// A file holding the password of the user of every `amqp_url` (docs/configuration.md "Secrets"); the
     /// URLs then name the user without a password (`amqp://backup@rabbit/%2f`).
     #[serde(default)]
     pub amqp_password_file: Option<PathBuf>,

@@ -75,7 +75,7 @@ pub struct S3Storage {
     pub access_key: Option<Secret>,
     /// Secret access key; supports `${ENV_VAR}`; falls back to the standard environment variable.
     pub secret_key: Option<Secret>,
-    /// A file holding the access key id, instead of `access_key` (README "Secrets").
+    /// A file holding the access key id, instead of `access_key` (docs/configuration.md "Secrets").
     pub access_key_file: Option<PathBuf>,
     /// A file holding the secret access key, instead of `secret_key`.
     pub secret_key_file: Option<PathBuf>,
@@ -113,7 +113,7 @@ pub struct AzureStorage {
     pub client_secret: Option<Secret>,
     /// Shared access signature token; supports `${ENV_VAR}`.
     pub sas_token: Option<Secret>,
-    /// A file holding the account key, instead of `account_key` (README "Secrets").
+    /// A file holding the account key, instead of `account_key` (docs/configuration.md "Secrets").
     pub account_key_file: Option<PathBuf>,
     /// A file holding the client secret, instead of `client_secret`.
     pub client_secret_file: Option<PathBuf>,

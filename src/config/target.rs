@@ -27,11 +27,11 @@ pub struct TargetConfig {
     /// Required together with `management_url`; supports `${ENV_VAR}` interpolation.
     #[serde(default)]
     pub management_password: Option<Secret>,
-    /// A file holding the management API password (README "Secrets"), instead of
+    /// A file holding the management API password (docs/configuration.md "Secrets"), instead of
     /// `management_password`.
     #[serde(default)]
     pub management_password_file: Option<std::path::PathBuf>,
-    /// A file holding the password of the user of every `amqp_url` (README "Secrets").
+    /// A file holding the password of the user of every `amqp_url` (docs/configuration.md "Secrets").
     #[serde(default)]
     pub amqp_password_file: Option<std::path::PathBuf>,
     /// TLS for the target's AMQP, stream and https management connections, as `source.tls`.

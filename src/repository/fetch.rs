@@ -4,7 +4,7 @@
 //!
 //! A segment is fetched to a spool file and checked against the manifest before any record
 //! of it is used: a plain segment by its CRC32 (`SegmentReader::open`) and SHA-256; an
-//! encrypted one (`SegmentMetadata::encryption`, README "Encryption at rest") first by the
+//! encrypted one (`SegmentMetadata::encryption`, docs/encryption.md "Encryption at rest") first by the
 //! SHA-256 of the stored age file, then decrypted whole into a second spool file (age
 //! authenticates every 64 KiB chunk and the header, so a wrong key or an altered byte fails
 //! here), then by its CRC32. The spool files are removed when the [`FetchedSegment`] is

@@ -135,7 +135,7 @@ pub struct SegmentMetadata {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<String>,
     /// The public keys (`age1...`) an encrypted segment was encrypted to, in the order
-    /// configured (README "Encryption at rest"): a reader checks its identity against the
+    /// configured (docs/encryption.md "Encryption at rest"): a reader checks its identity against the
     /// segments it reads, not against the backup's list alone, which a rerun or the parts of a
     /// sharded backup may have written with other keys. Absent for a plain segment, and in
     /// segments written before rmq-backup recorded it (then only the manifest's

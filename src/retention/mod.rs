@@ -64,7 +64,7 @@ pub struct Options {
 /// (`None` when it has none): logs what it kept and removed, counts
 /// `broker_backup_retention_runs`, and returns the line for the backup's summary
 /// (`Retention: ...`). A failure is logged and reported in that line, never returned: the
-/// backup itself succeeded and keeps its exit code (README "Retention (forget)"). Never
+/// backup itself succeeded and keeps its exit code (docs/retention.md "Retention (forget)"). Never
 /// deletes the configuration's checkpoint database (`offset_storage.s3_key` and that key's
 /// siblings, [`prune::protects`]), neither by `--prune` nor with a backup.
 pub fn after_backup_of(cfg: &crate::config::Config, storage: &Arc<dyn Storage>) -> Option<String> {

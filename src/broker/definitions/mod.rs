@@ -9,7 +9,7 @@
 //! own definitions are saved to `definitions/rollback-before-import-<epoch ms><ext>`. Into
 //! RabbitMQ 4.x, what 4.x refuses is taken out first and, with
 //! `restore.convert_mirrored_queues`, mirrored classic queues become quorum queues (`migrate`,
-//! README "From RabbitMQ 3.x to 4.x").
+//! docs/migration.md "From RabbitMQ 3.x to 4.x").
 //!
 //! - this file: export, reading a stored file, import, compression;
 //! - `select`: `definitions_selection` and the name mappings;

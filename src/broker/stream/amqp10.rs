@@ -12,7 +12,7 @@
 //! broker's version decides, [`Conversion`]), so that a restore publishes it back unchanged;
 //! any other message (an `amqp-value` or `amqp-sequence` body, several `data`
 //! sections, a `subject`, a symbol-typed header, bytes that do not decode...) is stored as
-//! its encoded bytes, whole, with the header [`RAW_BODY_HEADER`] (README "Streams").
+//! its encoded bytes, whole, with the header [`RAW_BODY_HEADER`] (docs/streams.md "Streams").
 
 use crate::error::{Error, Result};
 

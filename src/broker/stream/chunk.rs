@@ -10,7 +10,7 @@
 //! (zstd streaming), so a chunk costs the memory of its largest message, not of its contents.
 //! A chunk may hold at most [`CHUNK_BUDGET`] bytes of messages once decompressed, and a
 //! message at most [`MAX_MESSAGE`]: a few KiB of zstd batch can announce gigabytes, and
-//! RabbitMQ itself never looks inside a batch (README "Streams").
+//! RabbitMQ itself never looks inside a batch (docs/streams.md "Streams").
 
 use crate::error::{Error, Result};
 use std::borrow::Cow;

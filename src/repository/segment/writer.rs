@@ -234,7 +234,7 @@ mod worker_budget {
 /// record; `finish` ends the compressed frame, writes the real header and the footer, and
 /// checksums the file. The spool file is not fsynced: it is a local staging copy, and storage
 /// makes the stored segment durable. Dropping a writer without a successful `finish` removes
-/// its spool file (a failed run leaves no plaintext behind: README "Encryption at rest");
+/// its spool file (a failed run leaves no plaintext behind: docs/encryption.md "Encryption at rest");
 /// [`SegmentWriter::discard`] does so and reports a failure to remove it.
 pub struct SegmentWriter {
     path: PathBuf,

@@ -1,4 +1,4 @@
-//! Deletes a backup run may skip (README "Protecting backups from deletion", append-only
+//! Deletes a backup run may skip (docs/protecting-backups.md "Protecting backups from deletion", append-only
 //! credentials): a run needs put, get and list only. The run lock is never deleted (a run ends
 //! it in place, `crate::repository::lock`), and the few deletes a run still tries (a retry's abandoned
 //! segments, the earlier run's segments its manifest does not list, the clock probe) tidy up

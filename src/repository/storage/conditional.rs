@@ -7,7 +7,7 @@
 //! | replace a version ([`Storage::put_bytes_if`]) | `If-Match: <etag>` | `If-Match: <etag>` | `ifGenerationMatch=<generation>` | compare and rename under `flock(2)` | under its lock |
 //!
 //! A refused precondition is [`Conditional::Refused`], never an error; a backend that cannot
-//! tell (an old S3-compatible server ignoring the header) is documented in README "Storage".
+//! tell (an old S3-compatible server ignoring the header) is documented in docs/storage-backends.md "Storage".
 //!
 //! [`Storage::put_bytes_new`]: super::Storage::put_bytes_new
 //! [`Storage::put_file_new`]: super::Storage::put_file_new

@@ -7,7 +7,7 @@
 //! gone, and `forget --prune` those under any backup (`super::partials`). A create-only write (`put_*_new`) links the finished
 //! file to its name instead (`link(2)` fails when the name exists); a conditional replace
 //! (`put_bytes_if`) compares and renames while it holds an exclusive `flock(2)` on the
-//! directory (local filesystems; NFS's locks are the server's, README "Storage"). Errors name the key and the OS's reason:
+//! directory (local filesystems; NFS's locks are the server's, docs/storage-backends.md "Storage"). Errors name the key and the OS's reason:
 //! `Storage error: Failed to write <key>: Permission denied`, `Failed to read <key>: ...`,
 //! `Key not found: <key>`.
 

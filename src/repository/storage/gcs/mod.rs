@@ -212,7 +212,7 @@ impl GcsBackend {
     /// a `retention` (`Unlocked` for governance, `Locked` for compliance, `retainUntilTime`)
     /// unless the key is not locked. GCS refuses to replace an object under retention, and a
     /// run writes its manifest (and a shard its part) twice, interrupted then completed: those
-    /// keys stay unlocked here (README "Protecting backups from deletion").
+    /// keys stay unlocked here (docs/protecting-backups.md "Protecting backups from deletion").
     pub(super) fn metadata(&self, key: &str) -> serde_json::Value {
         let mut m = serde_json::json!({ "name": key });
         let rewritten = key.ends_with("/manifest.json") || key.contains("/parts/");

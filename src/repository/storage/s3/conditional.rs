@@ -19,7 +19,7 @@
 //! its own write as the existing object: a 412 (or, for a completion, `NoSuchUpload`) after
 //! the first attempt is checked by comparing the stored object with ours, and equal bytes
 //! count as written. Servers that ignore these headers (older S3-compatible ones) would
-//! silently overwrite: README "Storage" names the ones known to honour them.
+//! silently overwrite: docs/storage-backends.md "Storage" names the ones known to honour them.
 
 use super::*;
 use crate::repository::storage::{Conditional, ObjectVersion};
