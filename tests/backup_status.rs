@@ -81,9 +81,10 @@ fn a_backup_reads_running_while_it_runs_and_interrupted_once_killed() {
     let out = run_cli(&["backup", "--config", &cfg]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
-    // It watched the first run's heartbeat move, then refused, with the error as its last line.
+    // It watched the first run's lock (its heartbeat judged by the storage's clock), then
+    // refused, with the error as its last line.
     assert!(
-        stderr.contains("watching its heartbeat for up to "),
+        stderr.contains("has the lock of another run") && stderr.contains("watching it for up to "),
         "{stderr}"
     );
     assert!(
