@@ -314,6 +314,14 @@ impl Identities {
     /// ({detail})`; `Error::Io` for local file failures.
     pub fn decrypt_file(&self, sealed: &Path, plain: &Path, what: &str) -> Result<()> {
         let input = File::open(sealed).map_err(|e| io_err("Failed to open", sealed, e))?;
+        self.decrypt_open(input, plain, what)
+    }
+
+    /// [`Identities::decrypt_file`] of the age file open as `input`, read from where it stands
+    /// (a caller that checked the file's SHA-256 through the same handle seeks it back to 0).
+    ///
+    /// Errors: as [`Identities::decrypt_file`].
+    pub fn decrypt_open(&self, input: File, plain: &Path, what: &str) -> Result<()> {
         let mut reader = self.decrypting(BufReader::with_capacity(IO_BUF, input), what)?;
         let out = std::fs::OpenOptions::new()
             .write(true)

@@ -13,8 +13,9 @@
 use crate::error::{Error, Result};
 use crate::repository::encryption::{self, Identities};
 use crate::repository::manifest::{Manifest, SegmentMetadata};
-use crate::repository::segment::{sha256_file, SegmentReader};
+use crate::repository::segment::{io_err, sha256_open, SegmentReader};
 use crate::repository::storage::Storage;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// A fetched, verified segment, ready to iterate. Keep `files` alive while reading: its
@@ -211,41 +212,54 @@ pub fn fetch_segment(
     segment: &SegmentMetadata,
     keys: Option<&Identities>,
 ) -> Result<FetchedSegment> {
-    let mut files = SpoolFiles(vec![path.to_path_buf()]);
-    storage.get_to_file(&segment.key, path)?;
-    let check_sha = || -> Result<()> {
-        let sha = sha256_file(path)?;
-        if sha != segment.checksum {
-            return Err(Error::Serialization(format!(
-                "SHA-256 mismatch: expected {}, got {sha}",
-                segment.checksum
-            )));
+    let mut files = SpoolFiles(Vec::new());
+    // A backend that keeps objects as local files (the filesystem) is read in place: the
+    // stored file is checked and read through one open handle, never copied, moved or removed.
+    let (stored, stored_path) = match storage.open_local(&segment.key)? {
+        Some(local) => local,
+        None => {
+            files.0.push(path.to_path_buf());
+            storage.get_to_file(&segment.key, path)?;
+            let file = std::fs::File::open(path).map_err(|e| io_err("Failed to open", path, e))?;
+            (file, path.to_path_buf())
         }
-        Ok(())
     };
     let reader = match segment.encryption.as_deref() {
-        None => {
-            let reader = SegmentReader::open(path)?;
-            check_sha()?;
-            reader
-        }
+        // CRC32 and SHA-256 in one pass over the file.
+        None => SegmentReader::verify(stored, &stored_path, Some(&segment.checksum))?,
         Some(encryption::SCHEME) => {
             // The stored bytes first: a shallow validate proves the same without the key.
-            check_sha()?;
+            // Checked, then decrypted, through one handle: what was checked is what is read.
+            let mut stored = stored;
+            let rewind = |f: &mut std::fs::File| {
+                f.seek(SeekFrom::Start(0))
+                    .map_err(|e| io_err("Failed to read", &stored_path, e))
+            };
+            let sha = sha256_open(&mut stored, &stored_path)?;
+            if sha != segment.checksum {
+                return Err(Error::Serialization(format!(
+                    "SHA-256 mismatch: expected {}, got {sha}",
+                    segment.checksum
+                )));
+            }
             let keys = keys.ok_or_else(|| encryption::missing_identity(&segment.key))?;
-            if !starts_with_age_header(path)? {
+            rewind(&mut stored)?;
+            if !starts_with_age_header(&mut stored, &stored_path)? {
                 return Err(Error::Encryption(format!(
                     "{}: not an age file, though the manifest says it is encrypted: it was replaced or altered; refused",
                     segment.key
                 )));
             }
+            rewind(&mut stored)?;
             let mut plain = path.as_os_str().to_owned();
             plain.push(".plain");
             let plain = PathBuf::from(plain);
             files.0.push(plain.clone());
-            keys.decrypt_file(path, &plain, &segment.key)?;
-            // Only the plaintext is read from here on.
-            let _ = std::fs::remove_file(path);
+            keys.decrypt_open(stored, &plain, &segment.key)?;
+            // Only the plaintext is read from here on; a spool copy of the stored file goes.
+            if stored_path == path {
+                let _ = std::fs::remove_file(path);
+            }
             SegmentReader::open(&plain)?
         }
         Some(other) => {
@@ -258,18 +272,16 @@ pub fn fetch_segment(
     Ok(FetchedSegment { reader, files })
 }
 
-/// Whether the file at `path` starts as an age v1 file does ([`encryption::MAGIC`]).
+/// Whether the file open as `file` (named `path` in messages) continues as an age v1 file
+/// starts ([`encryption::MAGIC`]).
 ///
 /// Errors: `Error::Io` when it cannot be read.
-fn starts_with_age_header(path: &Path) -> Result<bool> {
-    use std::io::Read;
+fn starts_with_age_header(file: &mut std::fs::File, path: &Path) -> Result<bool> {
     let mut head = Vec::with_capacity(encryption::MAGIC.len());
-    std::fs::File::open(path)
-        .and_then(|f| {
-            f.take(encryption::MAGIC.len() as u64)
-                .read_to_end(&mut head)
-        })
-        .map_err(|e| crate::repository::segment::io_err("Failed to read", path, e))?;
+    Read::by_ref(file)
+        .take(encryption::MAGIC.len() as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| io_err("Failed to read", path, e))?;
     Ok(head == encryption::MAGIC)
 }
 
@@ -478,16 +490,168 @@ mod tests {
         let (_, public) = encryption::generate();
         let r = encryption::Recipients::parse([public.as_str()], "r").unwrap();
         std::fs::write(dir.join("a"), r.encrypt_bytes(b"x").unwrap()).unwrap();
-        assert!(starts_with_age_header(&dir.join("a")).unwrap());
+        let starts = |name: &str| {
+            let p = dir.join(name);
+            starts_with_age_header(&mut std::fs::File::open(&p).unwrap(), &p).unwrap()
+        };
+        assert!(starts("a"));
         for (name, bytes) in [
             ("rbak", &b"RBAK\x01..."[..]),
             ("short", b"age"),
             ("empty", b""),
         ] {
             std::fs::write(dir.join(name), bytes).unwrap();
-            assert!(!starts_with_age_header(&dir.join(name)).unwrap(), "{name}");
+            assert!(!starts(name), "{name}");
         }
-        assert!(starts_with_age_header(&dir.join("missing")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A stored segment and its manifest entry, written under `key` to `storage`.
+    fn stored(
+        storage: &dyn Storage,
+        key: &str,
+        seal: Option<&encryption::Recipients>,
+    ) -> SegmentMetadata {
+        use crate::repository::segment::{sha256_file, Compression, SegmentWriter};
+        let spool = std::env::temp_dir().join(format!(
+            "rmq-fetch-seg-{}-{}",
+            std::process::id(),
+            key.replace('/', "-")
+        ));
+        let mut w = SegmentWriter::create(&spool, Compression::Zstd, 3).unwrap();
+        for i in 0..3 {
+            w.append(format!("{{\"i\":{i}}}").as_bytes(), 1000 + i)
+                .unwrap();
+        }
+        let fin = w.finish().unwrap();
+        let mut bytes = std::fs::read(&spool).unwrap();
+        if let Some(r) = seal {
+            bytes = r.encrypt_bytes(&bytes).unwrap();
+        }
+        std::fs::write(&spool, &bytes).unwrap();
+        let checksum = sha256_file(&spool).unwrap();
+        let _ = std::fs::remove_file(&spool);
+        storage.put_bytes(key, &bytes).unwrap();
+        SegmentMetadata {
+            key: key.into(),
+            sequence: 1,
+            record_count: 3,
+            size_bytes: bytes.len() as u64,
+            uncompressed_bytes: fin.uncompressed_bytes,
+            first_timestamp: Some(1000),
+            last_timestamp: Some(1002),
+            checksum,
+            encryption: seal.map(|_| encryption::SCHEME.to_string()),
+            recipients: None,
+            segment_version: None,
+        }
+    }
+
+    #[test]
+    fn a_filesystem_segment_is_read_in_place_and_left_where_it_is() {
+        use crate::repository::storage::filesystem::FilesystemStorage;
+        let dir = std::env::temp_dir().join(format!("rmq-fetch-local-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("spool")).unwrap();
+        let fs = FilesystemStorage::new(&dir.join("store")).unwrap();
+        let (secret, public) = encryption::generate();
+        let keys = Identities::parse(&secret, "id.txt").unwrap();
+        let to = encryption::Recipients::parse([public.as_str()], "r").unwrap();
+        let spool = dir.join("spool").join("s.rbak");
+        for (key, seal) in [("b/q/plain", None), ("b/q/sealed", Some(&to))] {
+            let seg = stored(&fs, key, seal);
+            let FetchedSegment { reader, files } =
+                fetch_segment(&fs, &spool, &seg, Some(&keys)).unwrap();
+            assert_eq!(reader.records().count(), 3, "{key}");
+            // Plain: nothing spooled; sealed: only the plaintext.
+            let spooled: Vec<_> = std::fs::read_dir(dir.join("spool"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            assert_eq!(
+                spooled.len(),
+                usize::from(seal.is_some()),
+                "{key}: {spooled:?}"
+            );
+            drop(files);
+            assert_eq!(
+                std::fs::read_dir(dir.join("spool")).unwrap().count(),
+                0,
+                "{key}"
+            );
+            assert!(
+                fs.head(key).unwrap().is_some(),
+                "{key}: the stored file stays"
+            );
+            // A byte altered in place is found, by CRC32 (plain) or SHA-256 (sealed).
+            let path = dir.join("store").join(key);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 1;
+            std::fs::write(&path, &bytes).unwrap();
+            let e = fetch_segment(&fs, &spool, &seg, Some(&keys))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                e.contains("CRC32 mismatch") || e.contains("SHA-256 mismatch"),
+                "{key}: {e}"
+            );
+            assert!(
+                fs.head(key).unwrap().is_some(),
+                "{key}: a damaged file stays too"
+            );
+        }
+        // A segment whose CRC32 holds but whose bytes are not the manifest's: SHA-256.
+        let seg = stored(&fs, "b/q/other", None);
+        let other = SegmentMetadata {
+            checksum: "0".repeat(64),
+            ..seg
+        };
+        let e = fetch_segment(&fs, &spool, &other, None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.starts_with("Serialization error: SHA-256 mismatch: expected 000"),
+            "{e}"
+        );
+        let e = fetch_segment(
+            &fs,
+            &spool,
+            &SegmentMetadata {
+                key: "b/q/none".into(),
+                ..other
+            },
+            None,
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert_eq!(e, "Storage error: Key not found: b/q/none");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_remote_segment_goes_through_a_spool_file_removed_after_use() {
+        let storage = crate::repository::storage::memory::MemoryStorage::named("fetch-remote");
+        let dir = std::env::temp_dir().join(format!("rmq-fetch-remote-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spool = dir.join("s.rbak");
+        let seg = stored(storage.as_ref(), "b/q/plain", None);
+        let FetchedSegment { reader, files } =
+            fetch_segment(storage.as_ref(), &spool, &seg, None).unwrap();
+        assert!(spool.exists());
+        assert_eq!(reader.records().count(), 3);
+        drop(files);
+        assert!(!spool.exists());
+        let bad = SegmentMetadata {
+            checksum: "0".repeat(64),
+            ..seg
+        };
+        assert!(fetch_segment(storage.as_ref(), &spool, &bad, None).is_err());
+        assert!(!spool.exists(), "removed on an error too");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

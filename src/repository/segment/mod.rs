@@ -178,6 +178,14 @@ pub(crate) fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
 /// Errors: `Error::Io` when the file cannot be opened or read.
 pub fn sha256_file(path: &Path) -> Result<String> {
     let mut file = File::open(path).map_err(|e| io_err("Failed to open", path, e))?;
+    sha256_open(&mut file, path)
+}
+
+/// Lowercase hex SHA-256 of the file open as `file` (named `path` in messages), from where it
+/// stands to its end.
+///
+/// Errors: `Error::Io` when it cannot be read.
+pub fn sha256_open(file: &mut File, path: &Path) -> Result<String> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; IO_BUF];
     loop {

@@ -43,7 +43,19 @@ impl SegmentReader {
     /// `Invalid segment end magic bytes`, `CRC32 mismatch: expected {stored}, got {computed}`;
     /// `Error::Io` when the file cannot be read.
     pub fn open(path: &Path) -> Result<SegmentReader> {
-        let mut file = File::open(path).map_err(|e| io_err("Failed to open", path, e))?;
+        let file = File::open(path).map_err(|e| io_err("Failed to open", path, e))?;
+        SegmentReader::verify(file, path, None)
+    }
+
+    /// Verifies the segment open as `file` (named `path` in messages), as [`SegmentReader::open`]
+    /// does, and, when `sha256` is given, that the SHA-256 of the whole file is that lowercase
+    /// hex digest, both in one streaming pass over the file (a segment's bytes are read once
+    /// to be checked, once more as records).
+    ///
+    /// Errors: those of [`SegmentReader::open`], then
+    /// `Serialization error: SHA-256 mismatch: expected {sha256}, got {file's}` (a CRC32 mismatch
+    /// is reported first when both fail).
+    pub fn verify(mut file: File, path: &Path, sha256: Option<&str>) -> Result<SegmentReader> {
         let len = file
             .metadata()
             .map_err(|e| io_err("Failed to stat", path, e))?
@@ -82,12 +94,19 @@ impl SegmentReader {
             return Err(ser("Invalid segment end magic bytes"));
         }
         let stored = u32::from_le_bytes([footer[0], footer[1], footer[2], footer[3]]);
-        let computed = crc_of_prefix(&mut file, len - FOOTER_LEN)
+        let (computed, sha) = checksums(&mut file, len - FOOTER_LEN, sha256.is_some())
             .map_err(|e| io_err("Failed to read", path, e))?;
         if stored != computed {
             return Err(ser(format!(
                 "CRC32 mismatch: expected {stored}, got {computed}"
             )));
+        }
+        if let (Some(expected), Some(sha)) = (sha256, sha) {
+            if sha != expected {
+                return Err(ser(format!(
+                    "SHA-256 mismatch: expected {expected}, got {sha}"
+                )));
+            }
         }
         Ok(SegmentReader {
             path: path.to_path_buf(),
@@ -181,21 +200,35 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(got)
 }
 
-fn crc_of_prefix(file: &mut File, len: u64) -> std::io::Result<u32> {
+/// One pass over `file` from its start: the CRC32 of its first `crc_len` bytes and, when
+/// `sha` is set, the lowercase hex SHA-256 of the whole file.
+fn checksums(file: &mut File, crc_len: u64, sha: bool) -> std::io::Result<(u32, Option<String>)> {
+    use sha2::Digest;
     file.seek(SeekFrom::Start(0))?;
-    let mut r = file.take(len);
     let mut crc = crc32fast::Hasher::new();
+    let mut hasher = sha.then(sha2::Sha256::new);
+    let mut left = crc_len;
     let mut buf = vec![0u8; IO_BUF];
     loop {
-        let n = match r.read(&mut buf) {
+        let n = match file.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        crc.update(&buf[..n]);
+        let c = n.min(usize::try_from(left).unwrap_or(usize::MAX));
+        crc.update(&buf[..c]);
+        left -= c as u64;
+        match &mut hasher {
+            Some(h) => h.update(&buf[..n]),
+            None if left == 0 => break,
+            None => {}
+        }
     }
-    Ok(crc.finalize())
+    Ok((
+        crc.finalize(),
+        hasher.map(|h| super::hex_lower(&h.finalize())),
+    ))
 }
 
 type Raw = BufReader<Take<File>>;

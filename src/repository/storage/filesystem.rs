@@ -475,6 +475,10 @@ impl Storage for FilesystemStorage {
         Ok(n)
     }
 
+    fn open_local(&self, key: &str) -> Result<Option<(File, PathBuf)>> {
+        Ok(Some((self.open_object(key)?, self.path_of(key))))
+    }
+
     fn head(&self, key: &str) -> Result<Option<u64>> {
         validate_key(key)?;
         match fs::metadata(self.path_of(key)) {

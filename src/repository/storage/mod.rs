@@ -22,7 +22,7 @@ mod traced;
 pub mod url;
 
 use crate::error::{Error, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use conditional::{Conditional, ObjectVersion};
@@ -60,6 +60,17 @@ pub trait Storage: Send + Sync {
     /// Streams the object `key` into the local file `path` (created or truncated); returns its
     /// size in bytes. A missing key gives `Storage error: Key not found: <key>`.
     fn get_to_file(&self, key: &str, path: &Path) -> Result<u64>;
+
+    /// The object `key` opened for reading where it lies, with its local path (for messages),
+    /// when the backend keeps objects as local files (the filesystem backend): a reader then
+    /// checks and reads it in place instead of copying it to a spool file first. `None` for
+    /// the other backends (the default): fetch with [`Storage::get_to_file`]. The caller must
+    /// never write, move or delete the file. A missing key gives
+    /// `Storage error: Key not found: <key>`.
+    fn open_local(&self, key: &str) -> Result<Option<(std::fs::File, PathBuf)>> {
+        let _ = key;
+        Ok(None)
+    }
 
     /// Size of the object in bytes, or `None` when absent.
     fn head(&self, key: &str) -> Result<Option<u64>>;
@@ -341,6 +352,13 @@ impl Storage for Prefixed {
         let full = self.full(key)?;
         self.inner
             .get_to_file(&full, path)
+            .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn open_local(&self, key: &str) -> Result<Option<(std::fs::File, PathBuf)>> {
+        let full = self.full(key)?;
+        self.inner
+            .open_local(&full)
             .map_err(|e| unprefix_error(e, &full, key))
     }
 

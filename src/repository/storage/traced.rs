@@ -78,6 +78,19 @@ impl Storage for Traced {
         )
     }
 
+    fn open_local(&self, key: &str) -> Result<Option<(std::fs::File, std::path::PathBuf)>> {
+        self.traced(
+            "open",
+            key,
+            |f: &Option<(std::fs::File, std::path::PathBuf)>| {
+                f.as_ref()
+                    .and_then(|(f, _)| f.metadata().ok())
+                    .map(|m| m.len())
+            },
+            || self.inner.open_local(key),
+        )
+    }
+
     fn head(&self, key: &str) -> Result<Option<u64>> {
         self.traced("head", key, |n| *n, || self.inner.head(key))
     }
