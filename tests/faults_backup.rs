@@ -81,16 +81,24 @@ fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
     let (vh, conn) = seeded(&format!("fault-forced-{kind}"), kind);
     let dir = TempDir::new("fault-forced");
     let store = dir.path().join("store");
-    let cfg = write_config(
-        dir.path(),
-        "b.yaml",
-        &backup_yaml(
-            "forced",
-            &vh.name,
-            &store,
-            &format!("  connection_retry_backoff_ms: 200\n  segment_max_bytes: 1000000\n{extra}"),
+    // Through a proxy that slows the read while the connection is being closed: a close that
+    // takes seconds on a loaded machine (rabbitmqctl starts a VM) still lands mid-read.
+    let proxy = TcpProxy::start(format!("127.0.0.1:{}", broker().amqp_port).parse().unwrap());
+    let yaml = backup_yaml(
+        "forced",
+        &vh.name,
+        &store,
+        &format!("  connection_retry_backoff_ms: 200\n  segment_max_bytes: 1000000\n{extra}"),
+    )
+    .replace(
+        &amqp_url(&vh.name),
+        &format!(
+            "amqp://guest:guest@127.0.0.1:{}/{}",
+            proxy.port(),
+            rmq_backup::broker::management::encode_segment(&vh.name)
         ),
     );
+    let cfg = write_config(dir.path(), "b.yaml", &yaml);
     let (child, lines) = spawn_cli(&["backup", "--config", &cfg], &[]);
     wait_line(&lines, "queue q: 50000 messages at start");
     // Once the first attempt has stored a segment, which the retry abandons.
@@ -99,10 +107,18 @@ fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
         assert!(Instant::now() < deadline, "{kind}: no segment stored");
         std::thread::sleep(Duration::from_millis(5));
     }
+    proxy.set(Mode::Slow);
     close(&format!("rmq-backup forced {} ", vh.name));
+    proxy.set(Mode::Pass);
     let out = child.wait_with_output().unwrap();
     let log: Vec<String> = rest_of(&lines);
-    assert_eq!(out.status.code(), Some(0), "{kind}: {}", log.join("\n"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{kind}: exit {:?}; {}",
+        out.status,
+        log.join(" | ")
+    );
     assert!(
         log.iter().any(
             |l| l.contains("CONNECTION_FORCED") && l.contains("reading it again from its head")

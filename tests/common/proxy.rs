@@ -19,6 +19,9 @@ pub enum Mode {
     Stall = 1,
     /// Closes new connections at once.
     Refuse = 2,
+    /// Forwards both ways at about 256 KiB/s (4 KiB per 16 ms): a transfer in flight takes
+    /// long enough for a fault to land in its middle.
+    Slow = 3,
 }
 
 struct Shared {
@@ -32,6 +35,7 @@ impl Shared {
         match self.mode.load(Ordering::Relaxed) {
             1 => Mode::Stall,
             2 => Mode::Refuse,
+            3 => Mode::Slow,
             _ => Mode::Pass,
         }
     }
@@ -126,9 +130,13 @@ fn pump(mut from: TcpStream, mut to: TcpStream, s: &Shared) {
             std::thread::sleep(Duration::from_millis(20));
             continue;
         }
-        match from.read(&mut buf) {
+        let chunk = if s.mode() == Mode::Slow { 4096 } else { buf.len() };
+        match from.read(&mut buf[..chunk]) {
             Ok(0) => break,
             Ok(n) => {
+                if s.mode() == Mode::Slow {
+                    std::thread::sleep(Duration::from_millis(16));
+                }
                 // A stall that starts now still holds these bytes.
                 while s.mode() == Mode::Stall && !s.stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(20));
