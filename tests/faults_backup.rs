@@ -119,10 +119,12 @@ fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
         out.status,
         log.join(" | ")
     );
+    // The broker's connection.close (CONNECTION_FORCED) names the operator's close; a broker
+    // that cannot write it in time (its socket full of deliveries) resets the connection.
     assert!(
-        log.iter().any(
-            |l| l.contains("CONNECTION_FORCED") && l.contains("reading it again from its head")
-        ),
+        log.iter().any(|l| (l.contains("CONNECTION_FORCED")
+            || l.contains("Connection error: connection reset"))
+            && l.contains("reading it again from its head")),
         "{kind}: {}",
         log.join("\n")
     );

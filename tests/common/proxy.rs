@@ -130,7 +130,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, s: &Shared) {
             std::thread::sleep(Duration::from_millis(20));
             continue;
         }
-        let chunk = if s.mode() == Mode::Slow { 4096 } else { buf.len() };
+        let chunk = if s.mode() == Mode::Slow {
+            4096
+        } else {
+            buf.len()
+        };
         match from.read(&mut buf[..chunk]) {
             Ok(0) => break,
             Ok(n) => {
