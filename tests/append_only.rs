@@ -5,74 +5,14 @@
 
 mod common;
 
+use common::hooked_storage::{Access, Hooked};
 use common::*;
 use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::Config;
 use rmq_backup::error::Error;
-use rmq_backup::repository::storage::{Conditional, ObjectVersion, Storage};
 use rmq_backup::{backup, inspect, repository::storage, restore};
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Every operation but delete, passed through; deletes refused (and counted).
-struct RefuseDeletes(Arc<dyn Storage>, AtomicU64);
-
-impl Storage for RefuseDeletes {
-    fn put_file(&self, key: &str, path: &Path) -> rmq_backup::Result<()> {
-        self.0.put_file(key, path)
-    }
-    fn put_file_owned(&self, key: &str, path: &Path) -> rmq_backup::Result<()> {
-        self.0.put_file_owned(key, path)
-    }
-    fn put_bytes(&self, key: &str, data: &[u8]) -> rmq_backup::Result<()> {
-        self.0.put_bytes(key, data)
-    }
-    fn get_bytes(&self, key: &str) -> rmq_backup::Result<Vec<u8>> {
-        self.0.get_bytes(key)
-    }
-    fn get_to_file(&self, key: &str, path: &Path) -> rmq_backup::Result<u64> {
-        self.0.get_to_file(key, path)
-    }
-    fn head(&self, key: &str) -> rmq_backup::Result<Option<u64>> {
-        self.0.head(key)
-    }
-    fn list(&self, prefix: &str) -> rmq_backup::Result<Vec<String>> {
-        self.0.list(prefix)
-    }
-    fn delete(&self, key: &str) -> rmq_backup::Result<()> {
-        self.1.fetch_add(1, Ordering::Relaxed);
-        Err(Error::Storage(format!(
-            "Failed to delete {key}: 403 AccessDenied"
-        )))
-    }
-    fn delete_many(&self, keys: &[String]) -> rmq_backup::Result<()> {
-        match keys.first() {
-            Some(k) => self.delete(k),
-            None => Ok(()),
-        }
-    }
-    fn put_bytes_new(&self, key: &str, data: &[u8]) -> rmq_backup::Result<Conditional> {
-        self.0.put_bytes_new(key, data)
-    }
-    fn put_file_new(&self, key: &str, path: &Path) -> rmq_backup::Result<Conditional> {
-        self.0.put_file_new(key, path)
-    }
-    fn get_with_version(&self, key: &str) -> rmq_backup::Result<Option<(Vec<u8>, ObjectVersion)>> {
-        self.0.get_with_version(key)
-    }
-    fn put_bytes_if(
-        &self,
-        key: &str,
-        data: &[u8],
-        version: &ObjectVersion,
-    ) -> rmq_backup::Result<Conditional> {
-        self.0.put_bytes_if(key, data, version)
-    }
-    fn location(&self) -> String {
-        self.0.location()
-    }
-}
 
 #[test]
 fn a_backup_without_delete_rights_completes_and_restores() {
@@ -100,12 +40,24 @@ fn a_backup_without_delete_rights_completes_and_restores() {
     inner
         .put_bytes(&stray, b"left by an earlier attempt")
         .unwrap();
-    let refusing = Arc::new(RefuseDeletes(inner.clone(), AtomicU64::new(0)));
+    // Every operation but delete passed through; deletes refused (and counted), as S3 answers
+    // a policy denying `s3:DeleteObject`.
+    let refused = Arc::new(AtomicU64::new(0));
+    let counted = refused.clone();
+    let refusing = Hooked::new(inner.clone(), move |access, key| match access {
+        Access::Delete => {
+            counted.fetch_add(1, Ordering::Relaxed);
+            Err(Error::Storage(format!(
+                "Failed to delete {key}: 403 AccessDenied"
+            )))
+        }
+        _ => Ok(()),
+    });
     let before = storage::append_only::skipped();
     let summary = backup::run(&cfg, refusing.clone()).expect("the backup completes");
     assert_eq!(summary.messages, 60);
     assert!(
-        refusing.1.load(Ordering::Relaxed) >= 1,
+        refused.load(Ordering::Relaxed) >= 1,
         "the run tried to tidy up"
     );
     assert!(

@@ -6,79 +6,14 @@
 
 mod common;
 
+use common::hooked_storage::{Access, Hooked};
 use common::*;
 use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::Config;
-use rmq_backup::repository::storage::{self, Conditional, ObjectVersion, Storage};
-use std::path::Path;
+use rmq_backup::repository::storage::{self, Storage};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A storage whose writes hang while `stalled` is set (reads go through): a storage that stops
-/// answering writes, as with a network partition or throttling with long retries.
-struct Stalling {
-    inner: Arc<dyn Storage>,
-    stalled: AtomicBool,
-}
-
-impl Stalling {
-    fn gate(&self) {
-        while self.stalled.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Storage for Stalling {
-    fn put_file(&self, key: &str, path: &Path) -> rmq_backup::Result<()> {
-        self.gate();
-        self.inner.put_file(key, path)
-    }
-    fn put_bytes(&self, key: &str, data: &[u8]) -> rmq_backup::Result<()> {
-        self.gate();
-        self.inner.put_bytes(key, data)
-    }
-    fn get_bytes(&self, key: &str) -> rmq_backup::Result<Vec<u8>> {
-        self.inner.get_bytes(key)
-    }
-    fn get_to_file(&self, key: &str, path: &Path) -> rmq_backup::Result<u64> {
-        self.inner.get_to_file(key, path)
-    }
-    fn head(&self, key: &str) -> rmq_backup::Result<Option<u64>> {
-        self.inner.head(key)
-    }
-    fn list(&self, prefix: &str) -> rmq_backup::Result<Vec<String>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> rmq_backup::Result<()> {
-        self.gate();
-        self.inner.delete(key)
-    }
-    fn put_bytes_new(&self, key: &str, data: &[u8]) -> rmq_backup::Result<Conditional> {
-        self.gate();
-        self.inner.put_bytes_new(key, data)
-    }
-    fn put_file_new(&self, key: &str, path: &Path) -> rmq_backup::Result<Conditional> {
-        self.gate();
-        self.inner.put_file_new(key, path)
-    }
-    fn get_with_version(&self, key: &str) -> rmq_backup::Result<Option<(Vec<u8>, ObjectVersion)>> {
-        self.inner.get_with_version(key)
-    }
-    fn put_bytes_if(
-        &self,
-        key: &str,
-        data: &[u8],
-        version: &ObjectVersion,
-    ) -> rmq_backup::Result<Conditional> {
-        self.gate();
-        self.inner.put_bytes_if(key, data, version)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-}
 
 #[test]
 fn of_two_runs_on_one_backup_exactly_one_completes_and_nothing_it_wrote_is_touched() {
@@ -102,9 +37,15 @@ fn of_two_runs_on_one_backup_exactly_one_completes_and_nothing_it_wrote_is_touch
     ))
     .unwrap();
     let fs = storage::open_filesystem(&store, None).unwrap();
-    let a_storage = Arc::new(Stalling {
-        inner: fs.clone(),
-        stalled: AtomicBool::new(false),
+    // Writes and deletes hang while `stalled` is set (reads go through): a storage that stops
+    // answering writes, as with a network partition or throttling with long retries.
+    let stalled = Arc::new(AtomicBool::new(false));
+    let gate = stalled.clone();
+    let a_storage = Hooked::new(fs.clone(), move |access, _| {
+        while access != Access::Read && gate.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
     });
     let manifest_path = store.join(id).join("manifest.json");
 
@@ -118,12 +59,12 @@ fn of_two_runs_on_one_backup_exactly_one_completes_and_nothing_it_wrote_is_touch
             assert!(Instant::now() < deadline, "run A never started");
             std::thread::sleep(Duration::from_millis(5));
         }
-        a_storage.stalled.store(true, Ordering::Relaxed);
+        stalled.store(true, Ordering::Relaxed);
         // B, on the same storage, answering: it waits until A's lock may be taken over.
         let b = rmq_backup::backup::run(&cfg, fs.clone());
         let b_manifest = std::fs::read(&manifest_path).expect("B's manifest");
         // Now A's writes go through: each must be refused.
-        a_storage.stalled.store(false, Ordering::Relaxed);
+        stalled.store(false, Ordering::Relaxed);
         let a = a.join().expect("run A");
         assert!(
             std::fs::read(&manifest_path).expect("manifest") == b_manifest,

@@ -5,76 +5,13 @@
 
 mod common;
 
+use common::hooked_storage::{Access, Hooked};
 use common::*;
 use rmq_backup::broker::amqp::FieldTable;
 use rmq_backup::config::Config;
-use rmq_backup::repository::storage::{self, Conditional, ObjectVersion, Storage};
-use std::path::Path;
+use rmq_backup::repository::storage::{self, Storage};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A filesystem storage that sleeps before each segment it stores: reading goes faster than
-/// storing, as with a slow network.
-struct SlowStorage(Arc<dyn Storage>);
-
-impl SlowStorage {
-    fn pause(key: &str) {
-        if key.contains("/queues/") {
-            std::thread::sleep(Duration::from_millis(300));
-        }
-    }
-}
-
-impl Storage for SlowStorage {
-    fn put_file(&self, key: &str, path: &Path) -> rmq_backup::Result<()> {
-        SlowStorage::pause(key);
-        self.0.put_file(key, path)
-    }
-    fn put_file_owned(&self, key: &str, path: &Path) -> rmq_backup::Result<()> {
-        SlowStorage::pause(key);
-        self.0.put_file_owned(key, path)
-    }
-    fn put_bytes(&self, key: &str, data: &[u8]) -> rmq_backup::Result<()> {
-        SlowStorage::pause(key);
-        self.0.put_bytes(key, data)
-    }
-    fn get_bytes(&self, key: &str) -> rmq_backup::Result<Vec<u8>> {
-        self.0.get_bytes(key)
-    }
-    fn get_to_file(&self, key: &str, path: &Path) -> rmq_backup::Result<u64> {
-        self.0.get_to_file(key, path)
-    }
-    fn head(&self, key: &str) -> rmq_backup::Result<Option<u64>> {
-        self.0.head(key)
-    }
-    fn list(&self, prefix: &str) -> rmq_backup::Result<Vec<String>> {
-        self.0.list(prefix)
-    }
-    fn delete(&self, key: &str) -> rmq_backup::Result<()> {
-        self.0.delete(key)
-    }
-    fn put_bytes_new(&self, key: &str, data: &[u8]) -> rmq_backup::Result<Conditional> {
-        self.0.put_bytes_new(key, data)
-    }
-    fn put_file_new(&self, key: &str, path: &Path) -> rmq_backup::Result<Conditional> {
-        SlowStorage::pause(key);
-        self.0.put_file_new(key, path)
-    }
-    fn get_with_version(&self, key: &str) -> rmq_backup::Result<Option<(Vec<u8>, ObjectVersion)>> {
-        self.0.get_with_version(key)
-    }
-    fn put_bytes_if(
-        &self,
-        key: &str,
-        data: &[u8],
-        version: &ObjectVersion,
-    ) -> rmq_backup::Result<Conditional> {
-        self.0.put_bytes_if(key, data, version)
-    }
-    fn location(&self) -> String {
-        self.0.location()
-    }
-}
 
 /// This process's peak resident set, in KiB (`VmHWM`).
 fn peak_rss_kib() -> u64 {
@@ -104,8 +41,17 @@ fn a_slow_storage_slows_reading_instead_of_growing_memory() {
         "  segment_max_bytes: 16777216\n  compression: lz4\n",
     ))
     .unwrap();
-    let slow: Arc<dyn Storage> =
-        Arc::new(SlowStorage(storage::open_filesystem(&store, None).unwrap()));
+    // Sleeps before each segment it stores: reading goes faster than storing, as with a slow
+    // network.
+    let slow: Arc<dyn Storage> = Hooked::new(
+        storage::open_filesystem(&store, None).unwrap(),
+        |access, key| {
+            if access == Access::Write && key.contains("/queues/") {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            Ok(())
+        },
+    );
     let before = peak_rss_kib();
     let summary = rmq_backup::backup::run(&cfg, slow).expect("backup");
     let grown = peak_rss_kib().saturating_sub(before);

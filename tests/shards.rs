@@ -6,11 +6,11 @@
 
 mod common;
 
+use common::hooked_storage::{Access, Hooked};
 use common::*;
 use rmq_backup::broker::amqp::FieldTable;
-use rmq_backup::repository::storage::{Conditional, ObjectVersion, Storage};
+use rmq_backup::repository::storage::Storage;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 const QUEUES: usize = 9;
@@ -212,74 +212,6 @@ fn a_part_without_an_index_is_a_configuration_error() {
     );
 }
 
-/// A storage with read-only credentials: every write and delete fails, and is recorded.
-struct ReadOnly {
-    inner: Arc<dyn Storage>,
-    attempts: Mutex<Vec<String>>,
-}
-
-impl ReadOnly {
-    fn refuse<T>(&self, what: &str, key: &str) -> rmq_backup::Result<T> {
-        self.attempts.lock().unwrap().push(format!("{what} {key}"));
-        Err(rmq_backup::Error::Storage(format!(
-            "Failed to {what} {key}: access denied (read-only)"
-        )))
-    }
-}
-
-impl Storage for ReadOnly {
-    fn put_file(&self, key: &str, _: &Path) -> rmq_backup::Result<()> {
-        self.refuse("put", key)
-    }
-    fn put_bytes(&self, key: &str, _: &[u8]) -> rmq_backup::Result<()> {
-        self.refuse("put", key)
-    }
-    fn get_bytes(&self, key: &str) -> rmq_backup::Result<Vec<u8>> {
-        self.inner.get_bytes(key)
-    }
-    fn get_to_file(&self, key: &str, path: &Path) -> rmq_backup::Result<u64> {
-        self.inner.get_to_file(key, path)
-    }
-    fn head(&self, key: &str) -> rmq_backup::Result<Option<u64>> {
-        self.inner.head(key)
-    }
-    fn list(&self, prefix: &str) -> rmq_backup::Result<Vec<String>> {
-        self.inner.list(prefix)
-    }
-    fn list_with_times(&self, prefix: &str) -> rmq_backup::Result<Vec<(String, Option<i64>)>> {
-        self.inner.list_with_times(prefix)
-    }
-    fn delete(&self, key: &str) -> rmq_backup::Result<()> {
-        self.refuse("delete", key)
-    }
-    fn delete_many(&self, keys: &[String]) -> rmq_backup::Result<()> {
-        match keys.first() {
-            Some(k) => self.refuse("delete", k),
-            None => Ok(()),
-        }
-    }
-    fn put_bytes_new(&self, key: &str, _: &[u8]) -> rmq_backup::Result<Conditional> {
-        self.refuse("put", key)
-    }
-    fn put_file_new(&self, key: &str, _: &Path) -> rmq_backup::Result<Conditional> {
-        self.refuse("put", key)
-    }
-    fn get_with_version(&self, key: &str) -> rmq_backup::Result<Option<(Vec<u8>, ObjectVersion)>> {
-        self.inner.get_with_version(key)
-    }
-    fn put_bytes_if(
-        &self,
-        key: &str,
-        _: &[u8],
-        _: &ObjectVersion,
-    ) -> rmq_backup::Result<Conditional> {
-        self.refuse("put", key)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-}
-
 /// Issue 31, item 10: `list`, `describe`, `validate`, `cat` and `forget --dry-run` of a sharded
 /// backup whose parts are complete but whose merged manifest is absent (its last worker killed
 /// between its part and the merge) merge the parts in memory, through read-only credentials,
@@ -313,11 +245,23 @@ fn readers_of_an_unmerged_sharded_backup_write_nothing() {
     let merged = store.join(id).join("manifest.json");
     std::fs::remove_file(&merged).unwrap();
 
-    let ro = Arc::new(ReadOnly {
-        inner: rmq_backup::repository::storage::open_filesystem(&store, None).unwrap(),
-        attempts: Mutex::new(Vec::new()),
-    });
-    let storage: Arc<dyn Storage> = ro.clone();
+    // Read-only credentials: every write and delete fails, and is recorded.
+    let attempts = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = attempts.clone();
+    let storage: Arc<dyn Storage> = Hooked::new(
+        rmq_backup::repository::storage::open_filesystem(&store, None).unwrap(),
+        move |access, key| {
+            let what = match access {
+                Access::Read => return Ok(()),
+                Access::Write => "put",
+                Access::Delete => "delete",
+            };
+            seen.lock().unwrap().push(format!("{what} {key}"));
+            Err(rmq_backup::Error::Storage(format!(
+                "Failed to {what} {key}: access denied (read-only)"
+            )))
+        },
+    );
     let listed = rmq_backup::inspect::list(storage.as_ref()).unwrap();
     let b = listed.backups.iter().find(|b| b.backup_id == id).unwrap();
     assert_eq!((b.status, b.total_messages), ("completed", 80));
@@ -351,6 +295,6 @@ fn readers_of_an_unmerged_sharded_backup_write_nothing() {
     )
     .unwrap();
     assert!(forget.errors.is_empty(), "{:?}", forget.errors);
-    assert_eq!(*ro.attempts.lock().unwrap(), Vec::<String>::new());
+    assert_eq!(*attempts.lock().unwrap(), Vec::<String>::new());
     assert!(!merged.exists(), "a reader wrote the merged manifest");
 }

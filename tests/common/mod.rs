@@ -16,6 +16,7 @@ use rmq_backup::broker::management::ManagementClient;
 
 pub mod buckets;
 pub mod cluster;
+pub mod hooked_storage;
 pub mod http_proxy;
 pub mod proxy;
 use std::path::{Path, PathBuf};
