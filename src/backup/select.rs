@@ -22,7 +22,8 @@ pub(super) fn select_queues(
 ) -> Result<(Vec<QueueInfo>, Vec<SkippedQueue>)> {
     let mut chosen = Vec::new();
     let mut skipped = Vec::new();
-    for q in mgmt.list_queues()? {
+    let vhosts = source.queues.as_ref().map_or(&[][..], |s| &s.vhosts[..]);
+    for q in mgmt.list_queues_in(vhosts)? {
         let reason = match q.queue_type {
             Some(kind)
                 if !selection::selected(

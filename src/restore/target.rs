@@ -25,7 +25,14 @@ pub(super) fn look(
     urls: Vec<AmqpUrl>,
     queues: &mut [QueueRestore],
 ) -> Result<Nodes> {
-    let listed = mgmt.map(|m| -> Result<_> { Ok((m.overview()?, m.list_queues()?)) });
+    // The target vhosts' queues only (a broker builds the listing of every queue it has for
+    // `GET /api/queues`: seconds on a broker with many).
+    let mut vhosts: Vec<String> = queues.iter().map(|q| q.target_vhost.clone()).collect();
+    vhosts.sort();
+    vhosts.dedup();
+    let listed = mgmt
+        .filter(|_| !vhosts.is_empty())
+        .map(|m| -> Result<_> { Ok((m.overview()?, m.list_queues_in(&vhosts)?)) });
     let (nodes, by_name) = match listed {
         Some(Ok((overview, listed))) => {
             let nodes = Nodes::with_locality(urls, &overview.listeners, &BTreeMap::new())?;

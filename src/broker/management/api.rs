@@ -226,6 +226,44 @@ impl ManagementClient {
             .collect())
     }
 
+    /// The queues of `vhosts` (exact names), as [`Self::list_queues`] lists them, one request
+    /// per vhost (`GET /api/queues/{vhost}`): a broker builds the listing of every queue it
+    /// has for `GET /api/queues`, which took 6 s with 20,000 queues in another vhost (RabbitMQ
+    /// 3.10.8 here). A vhost that does not exist has no queues (its 404 is not an error).
+    /// Empty `vhosts`: every vhost, [`Self::list_queues`]. Errors: see the module documentation.
+    pub fn list_queues_in(&self, vhosts: &[String]) -> Result<Vec<QueueInfo>> {
+        if vhosts.is_empty() {
+            return self.list_queues();
+        }
+        let query = format!("columns={QUEUE_COLUMNS}");
+        let mut seen: HashSet<(String, String)> = HashSet::new();
+        let mut out = Vec::new();
+        for vhost in vhosts {
+            let path = format!("/api/queues/{}", encode_segment(vhost));
+            let (status, body) = self.request(
+                Method::Get,
+                &path,
+                Some(&query),
+                None,
+                REQUEST_TIMEOUT,
+                Some(404),
+            )?;
+            if status == 404 {
+                log::debug!("vhost {vhost} of source.queues.vhosts does not exist: no queues");
+                continue;
+            }
+            let raw: Vec<RawQueue> = serde_json::from_slice(&body).map_err(|e| {
+                Error::Management(format!("invalid JSON in response to GET {path}: {e}"))
+            })?;
+            out.extend(
+                raw.into_iter()
+                    .filter(|q| &q.vhost == vhost && seen.insert((q.vhost.clone(), q.name.clone())))
+                    .map(QueueInfo::from),
+            );
+        }
+        Ok(out)
+    }
+
     /// One queue (`GET /api/queues/{vhost}/{name}`). A missing queue or vhost gives
     /// `HTTP 404 for GET /api/queues/<vhost>/<name>`.
     pub fn get_queue(&self, vhost: &str, name: &str) -> Result<QueueInfo> {

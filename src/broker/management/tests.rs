@@ -85,6 +85,42 @@ fn rejects_non_http_urls() {
 }
 
 #[test]
+fn the_queues_of_named_vhosts_are_listed_by_vhost() {
+    let (a, b) = (TestVhost::new("in a"), TestVhost::new("in b"));
+    let c = &a.client;
+    for (vh, names) in [(&a, ["a1", "x y"]), (&b, ["b1", "b2"])] {
+        for n in names {
+            c.declare_queue(&vh.name, n, true, &Map::new()).expect(n);
+        }
+    }
+    let names = |listed: Vec<QueueInfo>| {
+        let mut n: Vec<(String, String)> = listed.into_iter().map(|q| (q.vhost, q.name)).collect();
+        n.sort();
+        n
+    };
+    let missing = format!("{} gone", a.name);
+    let got = names(c.list_queues_in(&[a.name.clone(), missing]).expect("list"));
+    assert_eq!(
+        got,
+        vec![
+            (a.name.clone(), "a1".into()),
+            (a.name.clone(), "x y".into())
+        ]
+    );
+    // The same entries as the listing of every vhost gives for them.
+    let all = c.list_queues().expect("all");
+    for q in c.list_queues_in(&[b.name.clone()]).expect("b") {
+        let same = all.iter().find(|o| o.vhost == q.vhost && o.name == q.name);
+        assert_eq!(
+            same.map(|o| (&o.arguments, o.durable, &o.type_name)),
+            Some((&q.arguments, q.durable, &q.type_name))
+        );
+    }
+    let every = names(c.list_queues_in(&[]).expect("every"));
+    assert!(every.contains(&(b.name.clone(), "b2".into())) && every.len() >= 4);
+}
+
+#[test]
 fn queues_with_awkward_names_round_trip() {
     let vh = TestVhost::new("names");
     let c = &vh.client;
