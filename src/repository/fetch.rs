@@ -2,13 +2,15 @@
 //! (restore, `cat`, `validate --deep`, the resume of a stream backup), so that every reader
 //! checks and decrypts the same way.
 //!
-//! A segment is fetched to a spool file and checked against the manifest before any record
-//! of it is used: a plain segment by its CRC32 (`SegmentReader::open`) and SHA-256; an
-//! encrypted one (`SegmentMetadata::encryption`, docs/encryption.md "Encryption at rest") first by the
-//! SHA-256 of the stored age file, then decrypted whole into a second spool file (age
-//! authenticates every 64 KiB chunk and the header, so a wrong key or an altered byte fails
-//! here), then by its CRC32. The spool files are removed when the [`FetchedSegment`] is
-//! dropped, and on every error.
+//! A segment is fetched to a spool file, or opened where it lies when the storage keeps it as
+//! a local file (the filesystem backend, `Storage::open_local`: never written, moved or
+//! removed here), and checked against the manifest before any record of it is used, through
+//! the one open handle that is then read: a plain segment by its CRC32 and SHA-256 in one pass
+//! (`SegmentReader::verify`); an encrypted one (`SegmentMetadata::encryption`,
+//! docs/encryption.md "Encryption at rest") first by the SHA-256 of the stored age file, then
+//! decrypted whole into a spool file (age authenticates every 64 KiB chunk and the header, so
+//! a wrong key or an altered byte fails here), then by its CRC32. The spool files are removed
+//! when the [`FetchedSegment`] is dropped, and on every error.
 
 use crate::error::{Error, Result};
 use crate::repository::encryption::{self, Identities};
@@ -197,8 +199,8 @@ fn named(items: Vec<String>) -> String {
     out
 }
 
-/// Fetches `segment` to the spool file `path` and verifies it (see the module's doc);
-/// `keys` decrypt an encrypted segment. An encrypted segment's plaintext is written beside
+/// Fetches `segment` to the spool file `path` (or opens it in place: see the module's doc) and
+/// verifies it; `keys` decrypt an encrypted segment. An encrypted segment's plaintext is written beside
 /// `path` (`<path>.plain`).
 ///
 /// Errors (messages without the key; the caller names the segment): the storage's;
