@@ -21,6 +21,7 @@ mod conns;
 mod context;
 pub mod dry_run;
 mod earlier_run;
+mod incompressible;
 mod queue;
 mod quorum;
 mod resume;

@@ -3,6 +3,7 @@
 //! and the uploader threads that finish each segment and store it.
 
 use super::context::QueueContext;
+use super::incompressible::Choice;
 use crate::broker::management::QueueInfo;
 use crate::error::{Error, Result};
 use crate::metrics::BackupQueueMetrics;
@@ -231,6 +232,8 @@ pub(super) fn build_segments<'a>(
     let mut current: Option<Open> = None;
     let mut sequence = after;
     let mut stored = Stored::none(ctx, q);
+    // Segments that do not shrink are followed by uncompressed ones.
+    let mut choice = Choice::new(ctx.store.compression);
 
     // Finishing a segment (last compressed block, header, SHA-256) happens on an uploader
     // thread, so reading and compressing go on meanwhile.
@@ -255,13 +258,10 @@ pub(super) fn build_segments<'a>(
             open.writer.uncompressed_bytes(),
             open.opened.elapsed().as_millis()
         );
+        let compression = open.writer.compression();
         let ext = match ctx.store.encrypt {
-            Some(_) => format!(
-                "{}{}",
-                ctx.store.compression.extension(),
-                encryption::EXTENSION
-            ),
-            None => ctx.store.compression.extension().to_string(),
+            Some(_) => format!("{}{}", compression.extension(), encryption::EXTENSION),
+            None => compression.extension().to_string(),
         };
         let key = manifest::segment_key(ctx.store.backup_id, &q.vhost, &q.name, *sequence, &ext);
         let (tx, rx) = bounded(1);
@@ -341,6 +341,8 @@ pub(super) fn build_segments<'a>(
                 rotate(&mut current, &mut sequence, &mut stored, "full or old")?;
             }
             if current.is_none() {
+                choice.learn(&stored.done);
+                let compression = choice.next();
                 let path = unique_file(ctx.store.spool, &format!("{}-{}", q.vhost, q.name));
                 let workers = crate::repository::segment::zstd_workers(mean_body);
                 log::trace!(
@@ -349,13 +351,13 @@ pub(super) fn build_segments<'a>(
                     q.vhost,
                     sequence + 1,
                     path.display(),
-                    ctx.store.compression,
+                    compression,
                     ctx.store.opts.compression_level
                 );
                 current = Some(Open {
                     writer: SegmentWriter::create_in_memory_up_to(
                         &path,
-                        ctx.store.compression,
+                        compression,
                         ctx.store.opts.compression_level,
                         workers,
                         IN_MEMORY_SEGMENT_BYTES,
