@@ -240,9 +240,10 @@ pub(super) fn build_segments<'a>(
     let rotate = |current: &mut Option<Open>,
                   sequence: &mut u64,
                   stored: &mut Stored,
+                  choice: &mut Choice,
                   why: &str|
      -> Result<()> {
-        let Some(open) = current.take() else {
+        let Some(mut open) = current.take() else {
             return Ok(());
         };
         *sequence += 1;
@@ -259,6 +260,9 @@ pub(super) fn build_segments<'a>(
             open.opened.elapsed().as_millis()
         );
         let compression = open.writer.compression();
+        if let Some((consumed, produced)) = open.writer.zstd_progress() {
+            choice.judge(consumed, produced);
+        }
         let ext = match ctx.store.encrypt {
             Some(_) => format!("{}{}", compression.extension(), encryption::EXTENSION),
             None => compression.extension().to_string(),
@@ -307,6 +311,7 @@ pub(super) fn build_segments<'a>(
                         &mut current,
                         &mut sequence,
                         &mut stored,
+                        &mut choice,
                         "segment_max_interval_ms",
                     )?;
                 }
@@ -338,10 +343,15 @@ pub(super) fn build_segments<'a>(
                 )
             });
             if full {
-                rotate(&mut current, &mut sequence, &mut stored, "full or old")?;
+                rotate(
+                    &mut current,
+                    &mut sequence,
+                    &mut stored,
+                    &mut choice,
+                    "full or old",
+                )?;
             }
             if current.is_none() {
-                choice.learn(&stored.done);
                 let compression = choice.next();
                 let path = unique_file(ctx.store.spool, &format!("{}-{}", q.vhost, q.name));
                 let workers = crate::repository::segment::zstd_workers(mean_body);
@@ -380,7 +390,13 @@ pub(super) fn build_segments<'a>(
         }
         stored.record(false)?;
     }
-    rotate(&mut current, &mut sequence, &mut stored, "end of queue")?;
+    rotate(
+        &mut current,
+        &mut sequence,
+        &mut stored,
+        &mut choice,
+        "end of queue",
+    )?;
     stored.record(false)?;
     Ok(stored)
 }

@@ -53,9 +53,9 @@ pub struct BackupOptions {
     pub segment_max_bytes: u64,
     /// Maximum milliseconds before segment rotation; default 60000; > 0.
     pub segment_max_interval_ms: u64,
-    /// Segment compression; default zstd. A queue's segment that it did not shrink (to less
-    /// than 98% of a payload of at least 256 KiB: random or already compressed bodies) is
-    /// followed by 15 segments stored uncompressed, then one compressed again
+    /// Segment compression; default zstd. With zstd, a queue's segment that zstd did not
+    /// shrink (to less than 98% of a payload of at least 256 KiB: random or already compressed
+    /// bodies) is followed by 15 segments stored uncompressed, then one compressed again
     /// (docs/segment-format.md); each segment's header says which.
     pub compression: CompressionKind,
     /// zstd level 1..=22, default 3; ignored for lz4 and none.

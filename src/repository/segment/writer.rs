@@ -473,6 +473,21 @@ impl SegmentWriter {
         self.compression
     }
 
+    /// For zstd, the payload appended so far and the compressed bytes it became: the
+    /// compressor is flushed first (the workers' jobs finished, a block boundary the frame's end
+    /// would make anyway), so call it when no more records come. `None` for lz4 and none, and
+    /// when the flush fails (`finish` then reports the failure).
+    pub fn zstd_progress(&mut self) -> Option<(u64, u64)> {
+        let sink = self.sink.as_mut()?;
+        if !matches!(sink.get_ref(), Sink::Zstd(_)) || sink.flush().is_err() {
+            return None;
+        }
+        match sink.get_ref() {
+            Sink::Zstd(z) => Some(z.progress()),
+            _ => None,
+        }
+    }
+
     /// Ends the compressed frame, writes the header (count, first/last timestamp, 0 when
     /// empty) and the footer (CRC32 of header + payload, `KABR`), and computes the SHA-256 of
     /// the file by reading it back.

@@ -99,6 +99,16 @@ impl<W: Write> ZstdSink<W> {
         }
     }
 
+    /// The frame's input compressed so far and the output produced for it, bytes
+    /// (`ZSTD_getFrameProgression`: with workers, the input of jobs under way is not counted
+    /// yet, so the two compare what is done).
+    pub(super) fn progress(&self) -> (u64, u64) {
+        self.cctx.as_ref().map_or((0, 0), |c| {
+            let p = c.get_frame_progression();
+            (p.consumed, p.produced)
+        })
+    }
+
     /// Ends the frame and returns the writer; the context goes back to the pool.
     ///
     /// Errors: zstd's, or the writer's.
