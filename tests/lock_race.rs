@@ -15,6 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Set once run B has completed: run A's held writes go through.
+static RELEASED: AtomicBool = AtomicBool::new(false);
+/// Set when run A's write of its definitions export is held.
+static DEFINITIONS_HELD: AtomicBool = AtomicBool::new(false);
+
 #[test]
 fn of_two_runs_on_one_backup_exactly_one_completes_and_nothing_it_wrote_is_touched() {
     // Heartbeat 100 ms, lease 1 s, takeover 2 s.
@@ -38,11 +43,19 @@ fn of_two_runs_on_one_backup_exactly_one_completes_and_nothing_it_wrote_is_touch
     .unwrap();
     let fs = storage::open_filesystem(&store, None).unwrap();
     // Writes and deletes hang while `stalled` is set (reads go through): a storage that stops
-    // answering writes, as with a network partition or throttling with long retries.
+    // answering writes, as with a network partition or throttling with long retries. A's write
+    // of its definitions export (right after its first manifest) hangs from the start, so it is
+    // always among the writes that go through once B has completed the backup.
     let stalled = Arc::new(AtomicBool::new(false));
     let gate = stalled.clone();
-    let a_storage = Hooked::new(fs.clone(), move |access, _| {
-        while access != Access::Read && gate.load(Ordering::Relaxed) {
+    let a_storage = Hooked::new(fs.clone(), move |access, key| {
+        if access != Access::Read && key.contains("/definitions/") {
+            DEFINITIONS_HELD.store(true, Ordering::Relaxed);
+        }
+        while access != Access::Read
+            && (gate.load(Ordering::Relaxed) || key.contains("/definitions/"))
+            && !RELEASED.load(Ordering::Relaxed)
+        {
             std::thread::sleep(Duration::from_millis(10));
         }
         Ok(())
@@ -55,15 +68,28 @@ fn of_two_runs_on_one_backup_exactly_one_completes_and_nothing_it_wrote_is_touch
         let a = s.spawn(move || rmq_backup::backup::run(&cfg_a, a_store));
         // A writes its first manifest, then its storage stops answering writes.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !manifest_path.exists() {
+        while !manifest_path.exists() || !DEFINITIONS_HELD.load(Ordering::Relaxed) {
             assert!(Instant::now() < deadline, "run A never started");
             std::thread::sleep(Duration::from_millis(5));
         }
+        // The broker's definitions change between A's export and B's (an exchange more), so
+        // A's export, written late over B's, would no longer be what B's manifest describes.
+        let ch = conn.open_channel().unwrap();
+        ch.exchange_declare(
+            "between-the-runs",
+            "fanout",
+            true,
+            false,
+            &FieldTable::new(),
+        )
+        .unwrap();
+        let _ = ch.close();
         stalled.store(true, Ordering::Relaxed);
         // B, on the same storage, answering: it waits until A's lock may be taken over.
         let b = rmq_backup::backup::run(&cfg, fs.clone());
         let b_manifest = std::fs::read(&manifest_path).expect("B's manifest");
         // Now A's writes go through: each must be refused.
+        RELEASED.store(true, Ordering::Relaxed);
         stalled.store(false, Ordering::Relaxed);
         let a = a.join().expect("run A");
         assert!(

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::repository::encryption::{self, Identities, Recipients};
 use crate::repository::manifest::DefinitionsBackup;
 use crate::repository::segment::Compression;
-use crate::repository::storage::Storage;
+use crate::repository::storage::{Conditional, Storage};
 use serde_json::Value;
 use std::io::{Read, Write};
 
@@ -40,8 +40,12 @@ use std::io::{Read, Write};
 /// `encrypt` (`backup.encryption`) the compressed file is stored encrypted, under
 /// `definitions.json<ext>.age` (`crate::repository::encryption`).
 ///
+/// The file is created, or replaces the version this run found (an interrupted run's), with a
+/// conditional write (docs/storage-backends.md): never another run's newer export.
+///
 /// Errors: management API errors, `Serialization error` when the export is not JSON,
-/// compression, encryption and storage errors.
+/// compression, encryption and storage errors; `Storage error: {key} was written by another run
+/// of backup {id} meanwhile: ...` when the conditional write is refused.
 pub fn export(
     mgmt: &ManagementClient,
     storage: &dyn Storage,
@@ -60,9 +64,21 @@ pub fn export(
     };
     let key = crate::repository::manifest::definitions_key(backup_id, &ext);
     let compressed = compress(&raw, compression, level)?;
-    match encrypt {
-        Some(recipients) => storage.put_bytes(&key, &recipients.encrypt_bytes(&compressed)?)?,
-        None => storage.put_bytes(&key, &compressed)?,
+    let data = match encrypt {
+        Some(recipients) => recipients.encrypt_bytes(&compressed)?,
+        None => compressed,
+    };
+    // Written only over what this run found there: a run whose write hung until another run
+    // had taken the backup over and completed it (with its own export, which its manifest's
+    // size describes) is refused, never replaces that export.
+    let written = match storage.get_with_version(&key)? {
+        None => storage.put_bytes_new(&key, &data)?,
+        Some((_, version)) => storage.put_bytes_if(&key, &data, &version)?,
+    };
+    if written == Conditional::Refused {
+        return Err(Error::Storage(format!(
+            "{key} was written by another run of backup {backup_id} meanwhile: this run does not replace it (the other run owns the backup)"
+        )));
     }
     log::info!(
         "definitions: {} vhosts, {} queues, {} exchanges, {} bindings stored in {key}",
