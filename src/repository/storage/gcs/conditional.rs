@@ -196,30 +196,15 @@ impl GcsBackend {
     /// [`Storage::put_file_new`]: a multipart upload up to the threshold, else a resumable one
     /// read one chunk at a time.
     pub(super) fn put_file_new_impl(&self, key: &str, path: &Path) -> Result<Conditional> {
-        let mut file = File::open(path).map_err(|e| source_read_error(path, &e))?;
-        let total = file
-            .metadata()
-            .map_err(|e| source_read_error(path, &e))?
-            .len();
-        if total <= self.upload_threshold {
-            let mut data = Vec::with_capacity(total as usize);
-            (&mut file)
-                .take(total)
-                .read_to_end(&mut data)
-                .map_err(|e| source_read_error(path, &e))?;
-            return self.multipart_upload(key, &data, 0);
+        match open_source(path, self.upload_threshold)? {
+            UploadSource::Small(data) => self.multipart_upload(key, &data, 0),
+            UploadSource::Large(mut src) => {
+                if self.head(key)?.is_some() {
+                    return Ok(Conditional::Refused);
+                }
+                self.resumable_conditional(key, &mut src, 0)
+            }
         }
-        if self.head(key)?.is_some() {
-            return Ok(Conditional::Refused);
-        }
-        let mut src = FileSource {
-            file,
-            path,
-            total,
-            buf: Vec::new(),
-            buf_start: None,
-        };
-        self.resumable_conditional(key, &mut src, 0)
     }
 }
 

@@ -57,7 +57,6 @@ use client::*;
 pub use credentials::*;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
@@ -285,27 +284,10 @@ impl Storage for GcsBackend {
     /// chunk at a time (`chunk_size` bytes of memory).
     fn put_file(&self, key: &str, path: &Path) -> Result<()> {
         validate_key(key)?;
-        let mut file = File::open(path).map_err(|e| source_read_error(path, &e))?;
-        let total = file
-            .metadata()
-            .map_err(|e| source_read_error(path, &e))?
-            .len();
-        if total <= self.upload_threshold {
-            let mut data = Vec::with_capacity(total as usize);
-            (&mut file)
-                .take(total)
-                .read_to_end(&mut data)
-                .map_err(|e| source_read_error(path, &e))?;
-            return self.simple_upload(key, &data);
+        match open_source(path, self.upload_threshold)? {
+            UploadSource::Small(data) => self.simple_upload(key, &data),
+            UploadSource::Large(mut src) => self.resumable_upload(key, &mut src, None).map(|_| ()),
         }
-        let mut src = FileSource {
-            file,
-            path,
-            total,
-            buf: Vec::new(),
-            buf_start: None,
-        };
-        self.resumable_upload(key, &mut src, None).map(|_| ())
     }
 
     fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {

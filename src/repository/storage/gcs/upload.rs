@@ -58,6 +58,41 @@ impl ChunkSource for SliceSource<'_> {
     }
 }
 
+/// A local file to upload, opened by [`open_source`].
+pub(super) enum UploadSource<'a> {
+    /// At most the upload threshold: read whole, for one request.
+    Small(Vec<u8>),
+    /// Larger: read one chunk at a time by a resumable upload.
+    Large(FileSource<'a>),
+}
+
+/// Opens the local file `path` for an upload: read whole when it has at most `threshold`
+/// bytes, else as a [`FileSource`].
+///
+/// Errors: `IO error: Failed to read <path>: <reason>` ([`source_read_error`]).
+pub(super) fn open_source(path: &Path, threshold: u64) -> Result<UploadSource<'_>> {
+    let mut file = File::open(path).map_err(|e| source_read_error(path, &e))?;
+    let total = file
+        .metadata()
+        .map_err(|e| source_read_error(path, &e))?
+        .len();
+    if total <= threshold {
+        let mut data = Vec::with_capacity(total as usize);
+        (&mut file)
+            .take(total)
+            .read_to_end(&mut data)
+            .map_err(|e| source_read_error(path, &e))?;
+        return Ok(UploadSource::Small(data));
+    }
+    Ok(UploadSource::Large(FileSource {
+        file,
+        path,
+        total,
+        buf: Vec::new(),
+        buf_start: None,
+    }))
+}
+
 /// A file read one chunk at a time into one reused buffer.
 pub(super) struct FileSource<'a> {
     pub(super) file: File,
