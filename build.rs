@@ -4,7 +4,14 @@
 use std::process::Command;
 
 fn git(args: &[&str]) -> Option<String> {
-    let out = Command::new("git").args(args).output().ok()?;
+    // --no-optional-locks: `git status` must not refresh and rewrite the index, which this
+    // script watches: on a fresh checkout that write made the next cargo command build the
+    // crate again (each test group of scripts/test.sh did, 2 minutes apiece).
+    let out = Command::new("git")
+        .arg("--no-optional-locks")
+        .args(args)
+        .output()
+        .ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())

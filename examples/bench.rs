@@ -18,6 +18,11 @@
 //!    connections and confirm-mode channels opened before the clock;
 //! 5. `rmq-backup restore` of the backup into an empty queue (direct-to-queue, confirms);
 //!
+//! 2b. with bodies of 16 KiB or more (or `BENCH_STORE_CEILING=1`), the store ceiling
+//!    (`bench/store_ceiling.rs`): the raw read again, each body written to a file in the same
+//!    storage directory and SHA-256'd, to the queue whole again and the file synced: the least
+//!    a verified backup must do;
+//!
 //! and prints messages/s, each ratio in its own row (backup / raw read to the queue whole again,
 //! backup / raw read to the last delivery, backup / compression ceiling, restore / raw publish),
 //! and each rmq-backup run's peak RSS (VmHWM) and CPU seconds. With zstd, the compression
@@ -28,8 +33,9 @@
 //! bench <path to rmq-backup> [messages=100000] [body bytes=1024] [random|text]
 //! ```
 //!
-//! `BENCH_COMPARE_BIN=<another rmq-backup>`: each round also restores the same backup with that
-//! binary, right after the first one, and the CPU seconds of both are printed side by side (an
+//! `BENCH_COMPARE_BIN=<another rmq-backup>`: each round also backs up the same queue and
+//! restores the same backup with that binary, right after the first one, and the CPU seconds
+//! of both are printed side by side (an
 //! A/B of a change on the same machine in the same minutes; this machine's speed moves 10-50%
 //! between hours).
 //!
@@ -39,6 +45,8 @@
 //! messages, depending on where the kernel puts the threads), so single rounds say little.
 
 mod bench_common;
+#[path = "../bench/store_ceiling.rs"]
+mod store_ceiling;
 
 use bench_common::*;
 use rmq_backup::broker::management::ManagementClient;
@@ -59,6 +67,10 @@ fn walk_bytes(dir: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// The reference tool's backup CPU seconds per 100,000 messages of 1 KiB (issue 41, measured
+/// on RabbitMQ 3.10.8), printed when the tool is not built here (it takes ~45 minutes).
+const ISSUE_REFERENCE_CPU: f64 = 4.8;
+
 fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS")
         .ok()
@@ -68,17 +80,39 @@ fn main() {
     let a = Args::parse();
     let (bin, n, size, text, kind) = (a.bin.clone(), a.n, a.size, a.text, a.kind());
     let compression = std::env::var("BENCH_COMPRESSION").unwrap_or_else(|_| "zstd".into());
-    // Segment format version of the backups (`BENCH_SEGMENT_VERSION`, default 1).
+    // Segment format version of the backups (`BENCH_SEGMENT_VERSION`, default 1; 2 whatever
+    // it says under BENCH_PROTOCOL=amqp10, the only version that holds AMQP 1.0 records).
     let segment_version: u8 = std::env::var("BENCH_SEGMENT_VERSION")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+        .filter(|_| !bench_common::amqp10::amqp10_mode())
+        .unwrap_or(if bench_common::amqp10::amqp10_mode() {
+            2
+        } else {
+            1
+        });
     // zstd level (`BENCH_LEVEL`, default 3).
     let level: i32 = std::env::var("BENCH_LEVEL")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let mgmt = ManagementClient::new(MGMT, "guest", "guest", None).expect("management");
+    // The broker: BENCH_AMQP / BENCH_MGMT (default RabbitMQ 3.10.8 on 5672 / 15672).
+    let (amqp, mgmt_url) = (bench_amqp(), bench_mgmt());
+    let mgmt = ManagementClient::new(&mgmt_url, "guest", "guest", None).expect("management");
+    let broker_version = mgmt
+        .overview()
+        .ok()
+        .and_then(|o| o.broker_version)
+        .unwrap_or_else(|| "?".into());
+    println!("RabbitMQ {broker_version} ({amqp})");
+    // BENCH_PROTOCOL=amqp10: seed, raw references, backup and restore over AMQP 1.0 (RabbitMQ
+    // 4.0+, where rmq-backup reads `backup.amqp10_queues` over AMQP 1.0).
+    let amqp10 = bench_common::amqp10::amqp10_mode();
+    let protocol = if amqp10 { "amqp10" } else { "amqp091" };
+    if amqp10 && bench_common::amqp10::major(&broker_version) < 4 {
+        println!("skipped: BENCH_PROTOCOL=amqp10 needs RabbitMQ 4.0 or later (rmq-backup reads queues over AMQP 1.0 from 4.0 on), this broker is {broker_version}");
+        return;
+    }
     // Vhosts of this process alone (another bench on the same broker deletes and creates its own).
     let pid = std::process::id();
     let names = [
@@ -123,15 +157,39 @@ fn main() {
         );
         c
     });
-    let sconn = seed(src, &a, &msgs);
+    let enc = amqp10.then(|| bench_common::amqp10::Encoded::new(&msgs));
+    let sconn = match &enc {
+        Some(enc) => bench_common::amqp10::seed10(src, &a, enc),
+        None => seed(src, &a, &msgs),
+    };
 
     // Raw read and backup alternate, `rounds` times each, on the same queue.
     let (mut raw_reads, mut raw_wholes, mut backups, mut backup_rss) =
         (Vec::new(), Vec::new(), Vec::new(), 0);
     let (mut backup_cpu, mut restore_cpu) = (Vec::new(), Vec::new());
+    // The store ceiling: large bodies by default (its cost beside the raw read is in them).
+    let store_ceiling = match std::env::var("BENCH_STORE_CEILING").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => size >= 16 * 1024,
+    };
+    let mut stores = Vec::new();
+    // The reference tool (bench/reference, rabbitmq-backup-core 0.2.0), when built:
+    // BENCH_REFERENCE_BIN (scripts/bench.sh sets it when its binary exists).
+    let reference_bin = std::env::var("BENCH_REFERENCE_BIN")
+        .ok()
+        .filter(|b| std::path::Path::new(b).exists());
+    let mut reference_cpu = Vec::new();
+    let compare_bin = std::env::var("BENCH_COMPARE_BIN")
+        .ok()
+        .filter(|b| !b.is_empty());
+    let mut compare_backup_cpu = Vec::new();
     for round in 0..rounds {
         std::thread::sleep(Duration::from_secs(1));
-        let raw = if queues.len() == 1 {
+        let raw = if amqp10 {
+            assert_eq!(queues.len(), 1, "BENCH_PROTOCOL=amqp10 reads one queue");
+            bench_common::amqp10::raw_read10(src, &sconn, "bench", n)
+        } else if queues.len() == 1 {
             raw_read(&sconn, "bench", n)
         } else {
             raw_read_parallel(src, &queues, per_queue)
@@ -139,18 +197,36 @@ fn main() {
         raw_reads.push(rate(n, raw.delivered));
         raw_wholes.push(rate(n, raw.whole));
         println!(
-            "round {}: raw read (own client, no acks, 65,535-message windows): {:.0} msg/s to the last delivery, {:.0} msg/s to the queue whole again",
+            "round {}: raw read (own client, no acks, {}): {:.0} msg/s to the last delivery, {:.0} msg/s to the queue whole again",
             round + 1,
+            if amqp10 {
+                "one AMQP 1.0 link with credit for every message"
+            } else {
+                "65,535-message windows"
+            },
             raw_reads[round],
             raw_wholes[round]
         );
+        if store_ceiling && queues.len() == 1 && !amqp10 {
+            std::thread::sleep(Duration::from_secs(1));
+            std::fs::create_dir_all(&store).expect("store dir");
+            let file = store.join(format!("store-ceiling-{round}"));
+            let r = store_ceiling::store_read(&sconn, "bench", n, &file);
+            stores.push(rate(n, r.whole));
+            println!(
+                "round {}: store ceiling (the raw read, each body written to a file in the storage directory and SHA-256'd, fsync): {:.0} msg/s to the queue whole again and the file synced",
+                round + 1,
+                stores[round]
+            );
+        }
         std::thread::sleep(Duration::from_secs(1));
         let cfg = work.join(format!("backup-{round}.yaml"));
         std::fs::write(
             &cfg,
             format!(
-                "mode: backup\nbackup_id: bench-{round}\nsource:\n  amqp_url: \"{AMQP}/{src}\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: {compression}\n  compression_level: {level}\n  include_definitions: false\n  max_concurrent_queues: {concurrency}\n  segment_version: {segment_version}\n",
-                store.display()
+                "mode: backup\nbackup_id: bench-{round}\nsource:\n  amqp_url: \"{amqp}/{src}\"\n  management_url: \"{mgmt_url}\"\n  management_username: guest\n  management_password: guest\n  queues:\n    vhosts: [\"{src}\"]\nstorage:\n  backend: filesystem\n  path: \"{}\"\nbackup:\n  compression: {compression}\n  compression_level: {level}\n  include_definitions: false\n  max_concurrent_queues: {concurrency}\n  segment_version: {segment_version}\n{}",
+                store.display(),
+                if amqp10 { "  amqp10_queues: [\"*\"]\n" } else { "" }
             ),
         )
         .expect("config");
@@ -164,6 +240,36 @@ fn main() {
             backups[round]
         );
         backup_rss = backup_rss.max(rss);
+        if let Some(other) = &compare_bin {
+            // The same backup by the other binary, right after (its own backup id).
+            std::thread::sleep(Duration::from_secs(1));
+            let text = std::fs::read_to_string(&cfg).expect("config");
+            let ccfg = work.join(format!("compare-{round}.yaml"));
+            std::fs::write(
+                &ccfg,
+                text.replace(&format!("bench-{round}\n"), &format!("compare-{round}\n")),
+            )
+            .expect("config");
+            let run =
+                run_tool_measured(other, &["backup", "--config", ccfg.to_str().unwrap()], &[]);
+            compare_backup_cpu.push(run.cpu_secs * 100_000.0 / n as f64);
+        }
+        if let Some(reference) = reference_bin.as_ref().filter(|_| !amqp10) {
+            // The same configuration without this tool's own key (segment_version), a backup
+            // id of its own.
+            std::thread::sleep(Duration::from_secs(1));
+            let text = std::fs::read_to_string(&cfg).expect("config");
+            let text = text
+                .replace(&format!("bench-{round}\n"), &format!("reference-{round}\n"))
+                .replace(&format!("  segment_version: {segment_version}\n"), "");
+            let rcfg = work.join(format!("reference-{round}.yaml"));
+            std::fs::write(&rcfg, text).expect("config");
+            let args = ["backup", rcfg.to_str().unwrap()];
+            match std::panic::catch_unwind(|| run_tool_measured(reference, &args, &[])) {
+                Ok(run) => reference_cpu.push(run.cpu_secs * 100_000.0 / n as f64),
+                Err(_) => println!("round {}: the reference tool failed", round + 1),
+            }
+        }
     }
     drop(sconn);
 
@@ -194,15 +300,12 @@ fn main() {
     std::fs::write(
         &restore_cfg,
         format!(
-            "mode: restore\nbackup_id: bench-0\ntarget:\n  amqp_url: \"{AMQP}/%2f\"\n  management_url: \"{MGMT}\"\n  management_username: guest\n  management_password: guest\nstorage:\n  backend: filesystem\n  path: \"{}\"\nrestore:\n  max_concurrent_queues: {concurrency}\n  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{src}\": \"{dst}\"\n",
+            "mode: restore\nbackup_id: bench-0\ntarget:\n  amqp_url: \"{amqp}/%2f\"\n  management_url: \"{mgmt_url}\"\n  management_username: guest\n  management_password: guest\nstorage:\n  backend: filesystem\n  path: \"{}\"\nrestore:\n  max_concurrent_queues: {concurrency}\n  publish_mode: direct-to-queue\n  restore_definitions: false\n  create_missing_queues: true\n  vhost_mapping:\n    \"{src}\": \"{dst}\"\n",
             store.display()
         ),
     )
     .expect("config");
     let (mut raw_pubs, mut restores, mut restore_rss) = (Vec::new(), Vec::new(), 0);
-    let compare_bin = std::env::var("BENCH_COMPARE_BIN")
-        .ok()
-        .filter(|b| !b.is_empty());
     let mut compare_cpu = Vec::new();
     for round in 0..rounds {
         let rconn = connect(raw);
@@ -213,7 +316,11 @@ fn main() {
         }
         ch.close().expect("close");
         std::thread::sleep(Duration::from_secs(1));
-        raw_pubs.push(rate(n, publish_parallel(raw, &queues, per_queue, &msgs)));
+        let took = match &enc {
+            Some(enc) => bench_common::amqp10::publish_parallel10(raw, &queues, per_queue, enc),
+            None => publish_parallel(raw, &queues, per_queue, &msgs),
+        };
+        raw_pubs.push(rate(n, took));
         println!(
             "round {}: raw publish with confirms (own client, sliding window {}, a connection per queue): {:.0} msg/s",
             round + 1,
@@ -255,7 +362,7 @@ fn main() {
 
     println!();
     println!(
-        "{n} x {size} B {kind} bodies, {} {} queue(s) (max_concurrent_queues {concurrency}), filesystem, {compression}-{level}; medians of {rounds} rounds",
+        "{n} x {size} B {kind} bodies, {} {} queue(s) (max_concurrent_queues {concurrency}), filesystem, {compression}-{level}, over {protocol}; medians of {rounds} rounds",
         queues.len(),
         queue_type()
     );
@@ -283,6 +390,14 @@ fn main() {
     if let Some(c) = &ceilings {
         row("compression ceiling (zstd, all cores)", c, None, "");
     }
+    if !stores.is_empty() {
+        row(
+            "store ceiling (raw read + write + SHA-256)",
+            &stores,
+            None,
+            "",
+        );
+    }
     let rss = format!(
         "peak RSS {backup_rss} KiB, {:.2} CPU-s/100k",
         median(backup_cpu.clone())
@@ -302,6 +417,23 @@ fn main() {
     );
     if let Some(c) = &ceilings {
         row("  backup / compression ceiling", &backups, Some(c), "");
+    }
+    if !stores.is_empty() {
+        row("  backup / store ceiling", &backups, Some(&stores), "");
+    }
+    // The reference tool's backup CPU: measured in this run when built, else the issue's
+    // figure (issue 41: 100,000 x 1 KiB on RabbitMQ 3.10.8, 4.8 CPU-s).
+    let (reference, measured) = if reference_cpu.is_empty() {
+        (ISSUE_REFERENCE_CPU, false)
+    } else {
+        (median(reference_cpu.clone()), true)
+    };
+    if measured || size == 1024 {
+        println!(
+            "reference tool (rabbitmq-backup-core 0.2.0) backup CPU-s/100k: {reference:.2} ({}); rmq-backup backup CPU / reference: {:.2}",
+            if measured { "measured in this run" } else { "not built: issue 41's figure, 100,000 x 1 KiB on RabbitMQ 3.10.8" },
+            median(backup_cpu.clone()) / reference
+        );
     }
     row("raw publish with confirms", &raw_pubs, None, "");
     let rss = format!(
@@ -329,14 +461,24 @@ fn main() {
                 .join(" ")
         };
         println!(
-            "restore CPU seconds per 100,000 messages, round by round: {bin} {}; {other} {}",
+            "backup CPU seconds per 100,000 messages, round by round: {bin} {} (median {:.2}); {other} {} (median {:.2})",
+            list(&backup_cpu),
+            median(backup_cpu.clone()),
+            list(&compare_backup_cpu),
+            median(compare_backup_cpu.clone())
+        );
+        println!(
+            "restore CPU seconds per 100,000 messages, round by round: {bin} {} (median {:.2}); {other} {} (median {:.2})",
             list(&restore_cpu),
-            list(&compare_cpu)
+            median(restore_cpu.clone()),
+            list(&compare_cpu),
+            median(compare_cpu.clone())
         );
     }
     // One line for scripts/bench.sh matrix.
     let json = serde_json::json!({
         "messages": n,
+        "protocol": protocol,
         "body_bytes": size,
         "body": if text { "text" } else { "random" },
         "queue_type": queue_type(),
@@ -350,9 +492,14 @@ fn main() {
         "level": level,
         "segment_version": segment_version,
         "raw_read_whole_msg_s": median(raw_wholes.clone()).round(),
+        "store_ceiling_msg_s": (!stores.is_empty()).then(|| median(stores.clone()).round()),
+        "backup_ratio_to_store_ceiling": (!stores.is_empty()).then(|| median(backups.iter().zip(&stores).map(|(r, b)| r / b).collect())),
+        "broker": broker_version,
         "backup_msg_s": median(backups.clone()).round(),
         "backup_ratio": median(backups.iter().zip(&raw_wholes).map(|(r, b)| r / b).collect()),
-        "backup_cpu_s_per_100k": median(backup_cpu),
+        "backup_cpu_s_per_100k": median(backup_cpu.clone()),
+        "reference_cpu_s_per_100k": (measured || size == 1024).then_some(reference),
+        "reference_measured": measured,
         "backup_peak_rss_kib": backup_rss,
         "raw_publish_msg_s": median(raw_pubs.clone()).round(),
         "restore_msg_s": median(restores.clone()).round(),

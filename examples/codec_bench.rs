@@ -53,6 +53,7 @@ fn record(body_len: usize, seed: u64) -> BackupRecord {
         backed_up_at: 1_700_000_000_000,
         source_queue: "bench-queue".into(),
         source_vhost: "/".into(),
+        message_format: None,
     }
 }
 

@@ -29,7 +29,7 @@ fn records(n: usize, size: usize, text: bool) -> Vec<BackupRecord> {
     (0..n).map(|i| bench_record(i, &msgs)).collect()
 }
 
-/// One pass: every record encoded and appended to segments of at most 128 MiB (SPEC.md's
+/// One pass: every record encoded and appended to segments of at most 128 MiB (the format's
 /// default `segment_max_bytes`), each finished and deleted. Returns (seconds, CPU seconds).
 fn pass(
     recs: &[BackupRecord],

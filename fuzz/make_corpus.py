@@ -239,6 +239,23 @@ def stream_seeds():
     write(t, "amqp-value-body", amqp10_section(0x77, str8("a value")))
     write(t, "header-and-footer", amqp10_section(0x70, list8([b"\x41"])) + amqp10_section(0x75, vbin8(b"body")) + amqp10_section(0x78, map8([])))
 
+    # AMQP 1.0 frames as the AMQP 1.0 client's reader reads them (src/broker/amqp10/).
+    t = "amqp10_frame"
+    def f10(perf, payload=b"", kind=0, channel=0):
+        body = perf + payload
+        return u32(8 + len(body)) + b"\x02" + u8(kind) + u16(channel) + body
+    uint = lambda n: b"\x70" + u32(n)
+    err = amqp10_section(0x1D, list8([sym8("amqp:not-found"), str8("no queue 'q'")]))
+    write(t, "open-begin-attach", f10(amqp10_section(0x10, list8([str8("c"), str8("vhost:/"), uint(131072), b"\x60" + u16(255), uint(30000)])))
+          + f10(amqp10_section(0x11, list8([b"\x60" + u16(0), uint(0), uint(400), uint(0xFFFFFFFF)])))
+          + f10(amqp10_section(0x12, list8([str8("l"), uint(0), b"\x42", b"\x50\x00", b"\x50\x00", amqp10_section(0x28, list8([str8("/queues/q")])), b"\x40", b"\x40", b"\x40", uint(0)])), channel=0))
+    write(t, "flow-transfers-disposition", f10(amqp10_section(0x13, list8([uint(0), uint(2048), uint(0), uint(0xFFFFFFFF), uint(0), uint(0), uint(170)])))
+          + f10(amqp10_section(0x14, list8([uint(0), uint(0), vbin8(b"\x00\x00\x00\x00"), uint(0), b"\x42", b"\x41"])), amqp10_section(0x75, vbin8(b"part one ")))
+          + f10(amqp10_section(0x14, list8([uint(0), b"\x40", b"\x40", b"\x40", b"\x40", b"\x42"])), b"part two")
+          + f10(amqp10_section(0x15, list8([b"\x41", uint(0), uint(3), b"\x41", amqp10_section(0x27, list8([b"\x41", b"\x42", map8([sym8("x-a"), b"\x55\x01"])]))]))))
+    write(t, "heartbeat-detach-end-close", u32(8) + b"\x02\x00\x00\x00" + f10(amqp10_section(0x16, list8([uint(0), b"\x41", err]))) + f10(amqp10_section(0x17, list8([err]))) + f10(amqp10_section(0x18, list8([]))))
+    write(t, "sasl", f10(amqp10_section(0x40, list8([sym8("PLAIN")])), kind=1) + f10(amqp10_section(0x44, list8([b"\x50\x00"])), kind=1))
+
 
 # ---------------------------------------------------------------------------------------------
 # Records, segments, manifests, definitions, configuration, storage URLs

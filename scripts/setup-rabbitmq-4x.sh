@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Starts the RabbitMQ 4.x brokers of the suite beside the host's 3.10.8 (ENVIRONMENT.md,
-# "RabbitMQ 4.x"): Debian's own packages in chroots, each node on its own ports:
+# Starts the RabbitMQ 4.x brokers of the suite beside the host's 3.10.8:
+# Debian's own packages in chroots, each node on its own ports:
 #
 #   node                      version  AMQP  stream  management  distribution  chroot suite
 #   rabbit43@localhost        4.3.6    5692  5572    15692       25692         forky
@@ -8,7 +8,10 @@
 #   rabbit40@localhost        4.0.5    5690  5570    15690       25690         trixie
 #
 # rabbit43 is the suite's main broker (scripts/test.sh points the tests at it); rabbit40 and the
-# host's 3.10.8 run the cross-version set. rabbit43nm is 4.3.6 with the management API's
+# host's 3.10.8 run the cross-version set. rabbit43nm is 4.3.6 locked down as an operator may:
+# the deprecated features transient_nonexcl_queues and global_qos denied
+# (deprecated_features.permit.* = false: a restore of a 3.x backup's transient queues, and the
+# tool's own connections, are tested against it), and the management API's
 # message statistics switched off (management_agent.disable_metrics_collector = true), for the
 # tests of brokers without them. guest may connect from anywhere (loopback_users = none); all
 # listen on 127.0.0.1 only.
@@ -23,7 +26,10 @@
 # alone. Run as root (debootstrap, chroot, mounts). Needs network access to Debian's archive
 # the first time only.
 #
-# Usage: scripts/setup-rabbitmq-4x.sh [start|stop]   (default start)
+# Usage: scripts/setup-rabbitmq-4x.sh [start|stop|prepare]   (default start)
+#   prepare: only makes the chroots (network and disk: debootstrap, apt-get in the chroots),
+#   starts nothing; scripts/test.sh runs it beside the build, before the TLS test CA that
+#   `start` configures exists.
 set -euo pipefail
 
 export PATH="/usr/sbin:/sbin:/usr/bin:/bin:${PATH:-}"
@@ -160,18 +166,29 @@ $extra
 CONF
 }
 
-# start DIR NODENAME AMQP STREAM MGMT DIST EXTRA_CONF [MORE_PORTS...]
+# start DIR NODENAME AMQP STREAM MGMT DIST EXTRA_CONF [MORE_PORTS...]: a node already running
+# with this configuration is left alone; one running with another is restarted.
 start() {
     local dir=$1 node=$2 amqp=$3 stream=$4 mgmt=$5 dist=$6 extra=${7:-}
-    if ready "$amqp" "$stream" "$mgmt" "${@:8}"; then
-        log "$node already running"
-        return
-    fi
+    local before=""
+    [[ -f "$dir/etc/rabbitmq/rabbitmq.conf" ]] && before="$(cat "$dir/etc/rabbitmq/rabbitmq.conf")"
     configure "$dir" "$node" "$amqp" "$stream" "$mgmt" "$dist" "$extra"
+    if ready "$amqp" "$stream" "$mgmt" "${@:8}"; then
+        if [[ "$before" == "$(cat "$dir/etc/rabbitmq/rabbitmq.conf")" ]]; then
+            log "$node already running"
+            return
+        fi
+        log "$node runs with an older configuration: restarting it"
+    fi
     mount_all "$dir"
     chroot "$dir" rabbitmqctl -q stop >/dev/null 2>&1 || true
+    local deadline=$((SECONDS + 60))
+    while port_open "$amqp" && ((SECONDS < deadline)); do sleep 1; done
     log "starting $node"
-    chroot "$dir" bash -c 'export HOME=/var/lib/rabbitmq; nohup rabbitmq-server >/var/log/rabbitmq/console.log 2>&1 &'
+    # The open-file limit raised to the hard limit first: RabbitMQ 4.x keeps a file open per
+    # classic queue holding messages, and at the usual 1,024 a node fails the ~970th queue's
+    # declare (INTERNAL_ERROR, emfile: scripts/bench.sh many).
+    chroot "$dir" bash -c 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; export HOME=/var/lib/rabbitmq; nohup rabbitmq-server >/var/log/rabbitmq/console.log 2>&1 &'
 }
 
 wait_ready() { # wait_ready DIR NODENAME AMQP STREAM MGMT [MORE_PORTS...]
@@ -205,16 +222,13 @@ stop)
     stop "$R43NM" rabbit43nm@localhost
     exit 0
     ;;
-start) ;;
-*) die "usage: $0 [start|stop]" ;;
+start | prepare) ;;
+*) die "usage: $0 [start|stop|prepare]" ;;
 esac
 
-# The two suites are made one after the other (both download from the same archive) but the
-# second while the first node starts.
-make_chroot forky "$R43" /usr/share/debootstrap/scripts/sid
-# shellcheck disable=SC2046
-start "$R43" rabbit43@localhost 5692 5572 15692 25692 "$(tls_conf "$R43" 5693 5573 15693)" $(tls_ports 5693 5573 15693)
-if [[ ! -f "$R43NM/.rmq-backup-ready" ]] && [[ -f "$R43/.rmq-backup-ready" ]]; then
+# The chroot of the node without metrics: a copy of the 4.3 one, without its node's data.
+copy_no_metrics() {
+    [[ ! -f "$R43NM/.rmq-backup-ready" ]] && [[ -f "$R43/.rmq-backup-ready" ]] || return 0
     log "copying the 4.3 chroot for the node without metrics"
     umount_all "$R43NM"
     rm -rf "$R43NM"
@@ -224,8 +238,25 @@ if [[ ! -f "$R43NM/.rmq-backup-ready" ]] && [[ -f "$R43/.rmq-backup-ready" ]]; t
         --exclude=./var/log/rabbitmq --exclude=./var/lib/rabbitmq/.erlang.cookie -cf - . | tar -C "$R43NM" -xf -
     mkdir -p "$R43NM/var/log/rabbitmq" "$R43NM/var/lib/rabbitmq/mnesia"
     chroot "$R43NM" chown -R rabbitmq:rabbitmq /var/log/rabbitmq /var/lib/rabbitmq
+}
+
+if [[ "${1:-start}" == prepare ]]; then
+    make_chroot forky "$R43" /usr/share/debootstrap/scripts/sid
+    copy_no_metrics
+    make_chroot trixie "$R40"
+    log "chroots ready in $BASE (no node started)"
+    exit 0
 fi
-start "$R43NM" rabbit43nm@localhost 5694 5574 15694 25694 "management_agent.disable_metrics_collector = true"
+
+# The two suites are made one after the other (both download from the same archive) but the
+# second while the first node starts.
+make_chroot forky "$R43" /usr/share/debootstrap/scripts/sid
+# shellcheck disable=SC2046
+start "$R43" rabbit43@localhost 5692 5572 15692 25692 "$(tls_conf "$R43" 5693 5573 15693)" $(tls_ports 5693 5573 15693)
+copy_no_metrics
+start "$R43NM" rabbit43nm@localhost 5694 5574 15694 25694 "management_agent.disable_metrics_collector = true
+deprecated_features.permit.transient_nonexcl_queues = false
+deprecated_features.permit.global_qos = false"
 make_chroot trixie "$R40"
 # shellcheck disable=SC2046
 start "$R40" rabbit40@localhost 5690 5570 15690 25690 "$(tls_conf "$R40" 5691 5571 15691)" $(tls_ports 5691 5571 15691)
@@ -234,4 +265,4 @@ wait_ready "$R43" rabbit43@localhost 5692 5572 15692 $(tls_ports 5693 5573 15693
 wait_ready "$R43NM" rabbit43nm@localhost 5694 5574 15694
 # shellcheck disable=SC2046
 wait_ready "$R40" rabbit40@localhost 5690 5570 15690 $(tls_ports 5691 5571 15691)
-echo "RabbitMQ 4.x ready: 4.3.6 on AMQP 5692 (stream 5572, management 15692), 4.3.6 without metrics on 5694 (5574, 15694), 4.0.5 on 5690 (5570, 15690); guest/guest" >&2
+echo "RabbitMQ 4.x ready: 4.3.6 on AMQP 5692 (stream 5572, management 15692), 4.3.6 locked down (no metrics, deprecated features denied) on 5694 (5574, 15694), 4.0.5 on 5690 (5570, 15690); guest/guest" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the TLS brokers of the test suite: a test CA with server and client certificates, and two
-# extra RabbitMQ nodes beside the main one (ENVIRONMENT.md "A second, independent broker"):
+# extra RabbitMQ nodes beside the main one:
 #
 #   node      AMQP over TLS   stream over TLS   management https   client certificate
 #   rmqtls    127.0.0.1:5671  127.0.0.1:5551    127.0.0.1:15671     verified when given, not required

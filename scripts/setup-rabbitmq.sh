@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes a local RabbitMQ ready for rmq-backup and its tests (see ENVIRONMENT.md "RabbitMQ").
+# Makes a local RabbitMQ ready for rmq-backup and its tests.
 #
 # On a fresh Debian machine (run as root): installs rabbitmq-server when missing, enables the
 # rabbitmq_management and rabbitmq_stream plugins, starts the node when it is not running, and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs (when missing) and starts the object-storage emulators the tests use, on loopback
-# (ENVIRONMENT.md "Object-storage servers for tests"):
+# (the servers and versions below were each checked with real clients):
 #
 #   S3     SeaweedFS 4.48 `weed mini`, SigV4 enforced   http://127.0.0.1:8333
 #          and over TLS with a private CA                  https://127.0.0.1:8334
@@ -8,7 +8,7 @@
 #   Azure  Azurite 3.37.0 (blob service, in memory)      http://127.0.0.1:10000/devstoreaccount1
 #   GCS    fake-gcs-server 1.54 (JSON API, in memory)    http://127.0.0.1:4443
 #
-# SeaweedFS gets two identities (tests/storage_support reads the same values):
+# SeaweedFS gets two identities (tests/common/mod.rs reads the same values):
 #   rmqbackup-admin / rmqbackup-admin-secret        Admin, Read, List, Write, Tagging
 #   rmqbackup-readonly / rmqbackup-readonly-secret  Read, List (a put gives 403 AccessDenied)
 # These are throwaway credentials of a loopback test server, not secrets.

@@ -8,54 +8,137 @@
 # a short coverage-guided fuzz run of every decoder of untrusted bytes (scripts/fuzz.sh,
 # RMQ_BACKUP_FUZZ_SECS seconds per target, default 5; 0 skips it). The fuzz targets and the
 # book (scripts/build-docs.sh, mdBook) build beside the tests, which mostly wait on the broker.
+#
+# On a fresh machine the set-up (downloads, debootstraps, apt installs: network and disk) and
+# the first build (CPU) take the longest; they run at once: the brokers' and emulators' set-up
+# in the background, each step's output in a log printed when the build is done, while
+# `cargo test --no-run` builds in the foreground. A failed step (or build) is named with its
+# log, and the script exits 1 before any test runs. The order the steps need is kept: host
+# packages (one apt at a time) and RabbitMQ 3.10.8 first, the test CA before the nodes that
+# use it (scripts/setup-rabbitmq-tls.sh before the 4.x nodes start), the 4.x chroots made
+# (scripts/setup-rabbitmq-4x.sh prepare) from the start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup-rabbitmq.sh
-scripts/setup-storage.sh
-scripts/setup-rabbitmq-tls.sh
-scripts/setup-rabbitmq-cluster.sh
-scripts/setup-rabbitmq-4x.sh
 # The main broker of the integration tests; the cross-version set runs again on the others.
 export RMQ_TEST_BROKER=${RMQ_TEST_BROKER:-4.3}
-cross_version=(delivery_limit backup_restore streams stream_offsets tls)
+# The static binary of tests/static_binary.rs, tests/container_image.rs and tests/packaging.rs
+# without the shipped build's fat LTO (scripts/build-static.sh; Cargo.toml profile.static-check):
+# on a fresh machine the release build alone kept the packaging group busy 25 minutes.
+export RMQ_BACKUP_STATIC_PROFILE=${RMQ_BACKUP_STATIC_PROFILE:-static-check}
+cross_version=(delivery_limit backup_restore streams stream_offsets tls amqp10_backup amqp10_restore amqp10_conversion)
 cross_brokers=(4.0 3.10)
+logs=$(mktemp -d)
+setup=$(mktemp -d)
+fuzz_log=$(mktemp)
+docs_log=$(mktemp)
+trap 'rm -rf "$logs" "$setup" "$fuzz_log" "$docs_log"' EXIT
+sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
+export DEBIAN_FRONTEND=noninteractive
+
+# apt_install PACKAGES...: one apt-get on the host (an update first only when it fails).
+apt_install() {
+    echo "scripts/test.sh: installing $* (apt-get)"
+    $sudo apt-get install -y --no-install-recommends "$@" ||
+        { $sudo apt-get update && $sudo apt-get install -y --no-install-recommends "$@"; }
+}
+
+# step NAME COMMAND...: runs COMMAND with its output in $setup/NAME.log; its exit status in
+# $setup/NAME.rc (written last: other steps wait for it).
+step() {
+    local name=$1 rc=0 start=$SECONDS
+    shift
+    "$@" >"$setup/$name.log" 2>&1 || rc=$?
+    echo "$((SECONDS - start)) s, ended at $SECONDS s" >"$setup/$name.secs"
+    echo "$rc" >"$setup/$name.rc"
+    return "$rc"
+}
+
+# await NAME: waits until step NAME has ended; fails when it failed.
+await() {
+    until [[ -f "$setup/$1.rc" ]]; do sleep 1; done
+    [[ "$(cat "$setup/$1.rc")" == 0 ]]
+}
+
 # Tools of the tests: promtool (Debian's prometheus package) for tests/packaging_alerts.rs,
 # the Pushgateway (prometheus-pushgateway; tests/metrics_export.rs starts its own on a free
 # port, the package's service is not used), a container engine (podman; runc, which runs on
 # hosts with hybrid cgroups where crun does not) for tests/container_image.rs, and the age
-# tool, with which tests/encryption.rs decrypts a stored segment. --no-install-recommends
+# tool, with which tests/encryption.rs decrypts a stored segment; python3-qpid-proton, an AMQP
+# 1.0 client that is not ours (tests/amqp10_client.rs); zsh and fish, whose syntax
+# checks tests/completions.rs runs on the generated completions; curl and python3 for
+# scripts/restore-drill.sh (tests/restore_drill.rs). --no-install-recommends
 # keeps the Prometheus server's extras out (on a host running systemd the package starts its
 # own server on :9090; the tests use only promtool).
-missing=()
-command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
-command -v prometheus-pushgateway >/dev/null 2>&1 || missing+=(prometheus-pushgateway)
-command -v podman >/dev/null 2>&1 || missing+=(podman)
-command -v runc >/dev/null 2>&1 || missing+=(runc)
-command -v age >/dev/null 2>&1 || missing+=(age)
-if [[ ${#missing[@]} -gt 0 ]]; then
-    echo "scripts/test.sh: installing ${missing[*]} (apt-get)" >&2
-    sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
-        { $sudo apt-get update >&2 && $sudo apt-get install -y --no-install-recommends "${missing[@]}" >&2; }
+test_tools() {
+    local missing=()
+    command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+    command -v prometheus-pushgateway >/dev/null 2>&1 || missing+=(prometheus-pushgateway)
+    command -v podman >/dev/null 2>&1 || missing+=(podman)
+    command -v runc >/dev/null 2>&1 || missing+=(runc)
+    command -v age >/dev/null 2>&1 || missing+=(age)
+    # Debian's qpid-proton for /usr/bin/python3: the AMQP 1.0 oracle of tests/amqp10_client.rs.
+    /usr/bin/python3 -c 'import proton' >/dev/null 2>&1 || missing+=(python3-qpid-proton)
+    command -v zsh >/dev/null 2>&1 || missing+=(zsh)
+    command -v fish >/dev/null 2>&1 || missing+=(fish)
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    command -v python3 >/dev/null 2>&1 || missing+=(python3)
+    [[ ${#missing[@]} -eq 0 ]] || apt_install "${missing[@]}"
+}
+
+# debootstrap first (small, one apt-get): the 4.x chroots, the longest step, start at once;
+# every other apt-get on the host runs in the one chain below, one after the other.
+if ! command -v debootstrap >/dev/null 2>&1; then
+    apt_install debootstrap >&2
 fi
+# The steps, in the background: the 4.x chroots (debootstrap and apt-get inside them); the
+# object-storage emulators (pip, npm); on the host, the tests' tools, RabbitMQ 3.10.8, the TLS
+# nodes and the test CA, the three-node cluster, then the 4.x nodes once their chroots exist.
+step chroots scripts/setup-rabbitmq-4x.sh prepare &
+setup_jobs=($!)
+step storage scripts/setup-storage.sh &
+setup_jobs+=($!)
+(
+    step tools test_tools &&
+        step rabbitmq scripts/setup-rabbitmq.sh &&
+        step tls scripts/setup-rabbitmq-tls.sh &&
+        step cluster scripts/setup-rabbitmq-cluster.sh &&
+        await chroots &&
+        step rabbitmq-4x scripts/setup-rabbitmq-4x.sh
+) &
+setup_jobs+=($!)
+setup_steps=(tools chroots storage rabbitmq tls cluster rabbitmq-4x)
+
 fuzz_secs=${RMQ_BACKUP_FUZZ_SECS:-5}
-fuzz_log=$(mktemp)
-logs=$(mktemp -d)
-trap 'rm -rf "$logs" "$fuzz_log" "${docs_log:-}"' EXIT
 if [[ $fuzz_secs -gt 0 ]]; then
     scripts/fuzz.sh build >"$fuzz_log" 2>&1 &
     fuzz_build=$!
 fi
 # The book (docs/, mdBook): built beside the tests; tests/docs_links.rs checks its links.
-docs_log=$(mktemp)
 scripts/build-docs.sh >"$docs_log" 2>&1 &
 docs_build=$!
-# Build every test once, then run three groups at once (most tests wait on a broker, not a
+build_rc=0
+cargo test --locked --no-run "$@" || build_rc=$?
+echo "scripts/test.sh: the tests built at $SECONDS s"
+# Every step ends (one killed halfway could leave apt or a chroot half made), then each
+# step's output is printed, in order; a failed or skipped step fails the run.
+for job in "${setup_jobs[@]}"; do wait "$job" || true; done
+setup_failed=()
+for s in "${setup_steps[@]}"; do
+    [[ -f "$setup/$s.log" ]] || { setup_failed+=("$s: not run, an earlier step failed"); continue; }
+    echo "=== set-up step: $s ($(cat "$setup/$s.secs" 2>/dev/null)) ==="
+    cat "$setup/$s.log"
+    rc=$(cat "$setup/$s.rc" 2>/dev/null || echo none)
+    [[ $rc == 0 ]] || setup_failed+=("$s: failed (exit $rc, its output above)")
+done
+if [[ ${#setup_failed[@]} -gt 0 || $build_rc -ne 0 ]]; then
+    for s in "${setup_failed[@]}"; do echo "scripts/test.sh: set-up step $s" >&2; done
+    [[ $build_rc -eq 0 ]] || echo "scripts/test.sh: cargo test --no-run failed (exit $build_rc)" >&2
+    exit 1
+fi
+# Every test built (above), run three groups at once (most tests wait on a broker, not a
 # core): the tests that build and install packages, the tests that stop, kill or alarm nodes
 # of the test cluster (one binary at a time), and all the others. Each group's output is
 # printed when it ends; the run fails if any group fails.
-cargo test --locked --no-run "$@"
 slow_builds=(packaging static_binary container_image)
 cluster=(cluster faults_broker faults_restore)
 rest=()
@@ -65,11 +148,13 @@ for f in tests/*.rs; do
 done
 as_args() { local t; for t; do printf -- '--test\n%s\n' "$t"; done; }
 run_group() {
-    local name=$1
+    local name=$1 start=$SECONDS
     shift
-    if cargo test --locked "$@" >"$logs/$name" 2>&1; then
+    # --no-fail-fast: a failed test binary does not hide the others' results (nor their time).
+    if cargo test --locked --no-fail-fast "$@" >"$logs/$name" 2>&1; then
         echo ok >"$logs/$name.rc"
     fi
+    echo "$((SECONDS - start)) s, ended at $SECONDS s" >"$logs/$name.secs"
 }
 mapfile -t slow_args < <(as_args "${slow_builds[@]}")
 mapfile -t cluster_args < <(as_args "${cluster[@]}")
@@ -92,7 +177,7 @@ groups+=($!)
 wait "${groups[@]}"
 failed=0
 for g in rest cluster packaging doc "${cross_brokers[@]/#/cross-}"; do
-    echo "=== test group: $g ==="
+    echo "=== test group: $g ($(cat "$logs/$g.secs" 2>/dev/null)) ==="
     cat "$logs/$g"
     [[ -f "$logs/$g.rc" ]] || failed=1
 done
@@ -108,5 +193,7 @@ if [[ $fuzz_secs -gt 0 ]]; then
         cat "$fuzz_log" >&2
         exit 1
     fi
+    echo "scripts/test.sh: the tests ended at $SECONDS s; the fuzz run starts"
     scripts/fuzz.sh "$fuzz_secs"
 fi
+echo "scripts/test.sh: passed in $SECONDS s"

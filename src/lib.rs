@@ -16,6 +16,24 @@
 //!
 //! ARCHITECTURE.md is the map.
 
+/// Prints a line of a command's results to stdout (`println!` without its panic): a reader
+/// that closed stdout early (`rmq-backup config schema | head`) loses the rest of the output,
+/// and the command still ends with its own exit code.
+#[macro_export]
+macro_rules! out {
+    ($($t:tt)*) => {
+        $crate::run::write_stdout(format_args!("{}\n", format_args!($($t)*)))
+    };
+}
+
+/// [`out!`] without the line end (`print!` without its panic).
+#[macro_export]
+macro_rules! out_raw {
+    ($($t:tt)*) => {
+        $crate::run::write_stdout(format_args!($($t)*))
+    };
+}
+
 pub mod backup;
 pub mod broker;
 pub mod cli;

@@ -49,10 +49,15 @@ fn usage_and_configuration_errors_exit_2() {
         "mode: Backup\nbackup_id: x\nstorage:\n  backend: memory\n",
     );
     assert_eq!(code, Some(2), "bad YAML is bad configuration: {err}");
+    // A mistake in a value of a file that is YAML is a configuration error like any other
+    // (issue 40); text that is not YAML stays a serialization error.
     assert!(
-        err.starts_with("Serialization error:") && err.contains("line"),
+        err.starts_with("Configuration error:") && err.contains("line"),
         "{err}"
     );
+    let (code, _, err) = run_yaml(&dir, "backup", "mode: \"backup\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.starts_with("Serialization error:"), "{err}");
 
     let (code, _, err) = run_yaml(&dir, "restore", "mode: backup\nbackup_id: x\nstorage:\n  backend: memory\nsource:\n  amqp_url: amqp://a\n  management_url: http://a\n  management_username: u\n  management_password: p\n");
     assert_eq!(code, Some(2), "{err}");
@@ -406,4 +411,22 @@ fn trace_output_never_shows_any_credential_field() {
 fn base64_secret(s: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
+}
+
+#[test]
+fn a_reader_that_closes_stdout_early_ends_no_command_with_a_panic() {
+    for args in [&["config", "schema"][..], &["--help"][..]] {
+        let mut child = std::process::Command::new(binary())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // The pipe's read end closed before the command writes, as `| head -c 0` would.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    }
 }

@@ -138,3 +138,70 @@ fn a_bad_configuration_is_refused_with_its_path_and_line() {
         "a backend without its required key"
     );
 }
+
+/// Issue 40: `config check` on the machine where the file is edited. The packaged file needs
+/// a date and a password that only the job's machine sets: they are listed with their keys,
+/// and everything else is checked; what a run would find only when it connects (URL syntax,
+/// TLS files) is checked too; a type mistake says what was expected in words, as a
+/// configuration error.
+#[test]
+fn config_check_lists_what_the_run_sets_and_checks_the_rest() {
+    let packaged = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/backup.yaml");
+    let out = std::process::Command::new(binary())
+        .args([
+            "config",
+            "check",
+            "--config",
+            &packaged.display().to_string(),
+        ])
+        .env_remove("BACKUP_DATE")
+        .env_remove("RABBITMQ_PASSWORD")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("BACKUP_DATE (environment variable): backup_id"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "RABBITMQ_PASSWORD (environment variable): source.amqp_url, source.management_password"
+        ),
+        "{stdout}"
+    );
+
+    let dir = TempDir::new("config-check-deep");
+    let base = "mode: backup\nbackup_id: x\nsource:\n  amqp_url: amqp://u:secretpw@h:5672/%2f\n  management_url: http://h:15672\n  management_username: u\n  management_password: p\nstorage:\n  backend: filesystem\n  path: /tmp/x\n";
+    for (yaml, expected) in [
+        (
+            base.replace("h:5672", "h:notaport"),
+            "Configuration error: source.amqp_url: Invalid AMQP URL",
+        ),
+        (
+            base.replace("http://h:15672", "http://h:notaport"),
+            "Configuration error: source.management_url: invalid URL http://h:notaport",
+        ),
+        (
+            base.replace(
+                "  management_password: p\n",
+                "  management_password: p\n  tls:\n    ca_cert: /nonexistent/ca.pem\n",
+            ),
+            "Configuration error: source.tls.ca_cert: cannot read /nonexistent/ca.pem",
+        ),
+        (
+            format!("{base}backup:\n  max_concurrent_queues: many\n"),
+            "Configuration error: backup.max_concurrent_queues: invalid type: string \"many\", expected a whole number, 0 or more",
+        ),
+    ] {
+        let path = write_config(dir.path(), "deep.yaml", &yaml);
+        let out = run_cli(&["config", "check", "--config", &path]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{yaml}: {stdout}{stderr}");
+        assert!(stderr.starts_with(expected), "{expected:?} in {stderr}");
+        assert!(!stderr.contains("secretpw"), "{stderr}");
+        for rust in ["usize", "u64", "u16", "struct "] {
+            assert!(!stderr.contains(rust), "{rust} in {stderr}");
+        }
+    }
+}

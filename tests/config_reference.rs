@@ -181,8 +181,11 @@ fn render(schema: &Value) -> String {
          Every key of the configuration file, made from `rmq-backup config schema` (the JSON Schema \
          derived from the configuration's types and their documentation; `tests/config_reference.rs` \
          keeps this page equal to it). Units are in the names (`_ms` milliseconds, `_secs` seconds, \
-         `_bytes` bytes) or in the description. A blank default means the key is optional with no \
-         value (or, for a mapping, that its own keys have defaults). The [Configuration](configuration.md) \
+         `_bytes` bytes) or in the description. A blank default means the key is optional and has \
+         no fixed default: the description says what applies when it is unset (for a mapping, \
+         its own keys have defaults). Durations are written as the description says: \
+         `retention` (`keep_within`, `prune_grace`) takes restic's `y`, `m` (months), `d`, `h`; \
+         `object_lock.retain_for` takes `y`, `w`, `d`, `h`, `s`. The [Configuration](configuration.md) \
          chapter explains the file as a whole and ends with two complete, commented examples.\n",
     );
     let mut section = String::new();
@@ -230,4 +233,92 @@ fn the_reference_page_lists_every_key_of_the_schema() {
     ] {
         assert!(page.contains(key), "{key} missing from the reference");
     }
+}
+
+/// What the reference must not show: the page is for operators, not for readers of the code
+/// (issue 40). Rust paths and intra-doc links, `None`/`Some`, Rust type names, and references
+/// to documents outside the repository (`SPEC.md`, `DESIGN.md`) or to README sections that are
+/// now chapters.
+fn rust_leaks(page: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, line) in page.lines().enumerate() {
+        let mut hit = |what: &str| found.push(format!("line {}: {what}: {line}", i + 1));
+        for needle in [
+            "crate::",
+            "::",
+            "SPEC.md",
+            "DESIGN.md",
+            "ENVIRONMENT.md",
+            "README \"",
+        ] {
+            if line.contains(needle) {
+                hit(needle);
+            }
+        }
+        for word in [
+            "None", "Some(", "Option<", "usize", "u64", "i64", "u16", "Vec<",
+        ] {
+            let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric() && c != '_');
+            for (at, _) in line.match_indices(word) {
+                let before = line[..at].chars().next_back();
+                let after = line[at + word.len()..].chars().next();
+                if boundary(before) && (word.ends_with(['(', '<']) || boundary(after)) {
+                    hit(word);
+                }
+            }
+        }
+        if line.contains("[`") && line.contains("`]") && !line.contains("`](") {
+            hit("an intra-doc link");
+        }
+    }
+    found
+}
+
+#[test]
+fn the_reference_page_shows_no_rust() {
+    let schema: Value =
+        serde_json::from_str(&rmq_backup::config::schema::text()).expect("the schema is JSON");
+    let leaks = rust_leaks(&render(&schema));
+    assert!(
+        leaks.is_empty(),
+        "the reference leaks Rust:\n{}",
+        leaks.join("\n")
+    );
+    // The check itself finds what it must.
+    assert_eq!(rust_leaks("| a | `None` selects (`crate::x`) |").len(), 3);
+    assert!(rust_leaks("| a | ([`SourceConfig::stream_port_for`]) |").len() >= 2);
+    assert!(rust_leaks("| `b` | no value; a Nonesuch key |").is_empty());
+}
+
+/// The JSON Schema's descriptions (what an editor shows over a key) name no document outside
+/// the repository and no Rust path either.
+#[test]
+fn the_schema_descriptions_show_no_rust_or_missing_documents() {
+    let schema = rmq_backup::config::schema::text();
+    let value: Value = serde_json::from_str(&schema).expect("the schema is JSON");
+    let mut found = Vec::new();
+    fn walk(v: &Value, found: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(d)) = m.get("description") {
+                    for needle in [
+                        "SPEC.md",
+                        "DESIGN.md",
+                        "crate::",
+                        "not supported yet",
+                        "`None`",
+                    ] {
+                        if d.contains(needle) {
+                            found.push(format!("{needle}: {d}"));
+                        }
+                    }
+                }
+                m.values().for_each(|x| walk(x, found));
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, found)),
+            _ => {}
+        }
+    }
+    walk(&value, &mut found);
+    assert!(found.is_empty(), "{}", found.join("\n"));
 }

@@ -284,3 +284,163 @@ fn the_link_parser_finds_links_and_skips_code() {
     assert_eq!(slug("From RabbitMQ 3.x to 4.x"), "from-rabbitmq-3x-to-4x");
     assert_eq!(slug("Retention (forget)"), "retention-forget");
 }
+
+/// The files a text names: `*.md` names, and paths under the repository's top-level
+/// directories (`src/...`, `tests/...`, `scripts/...`), in prose and in code alike, each with
+/// its 1-based line.
+fn named_files(text: &str) -> Vec<(usize, String)> {
+    const DIRS: [&str; 8] = [
+        "src/",
+        "tests/",
+        "docs/",
+        "scripts/",
+        "packaging/",
+        "examples/",
+        "fuzz/",
+        ".ci/",
+    ];
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let tokens = line.split(|c: char| c.is_whitespace() || "()[]{}<>\"'`,;|=!?*".contains(c));
+        for token in tokens {
+            let token = token
+                .split('#')
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(['.', ':'])
+                .trim_start_matches("./");
+            // A prefix (`tests/faults_*.rs`) or a directory a script creates.
+            let generated = ["fuzz/work", "fuzz/artifacts", "fuzz/target"]
+                .iter()
+                .any(|g| token.starts_with(g));
+            if token.is_empty()
+                || token.contains("://")
+                || token.contains('$')
+                || token.ends_with('_')
+                || generated
+            {
+                continue;
+            }
+            let path_like = token
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+            if !path_like {
+                continue;
+            }
+            if token.ends_with(".md") || DIRS.iter().any(|d| token.starts_with(d)) {
+                out.push((i + 1, token.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Whether a named file exists: from the naming file's directory, the repository's root, or
+/// (for a chapter named by its file name) the book's directory.
+fn resolves(dir: &Path, name: &str) -> bool {
+    [
+        dir.join(name),
+        root().join(name),
+        root().join("docs").join(name),
+    ]
+    .iter()
+    .any(|p| p.exists())
+}
+
+/// Issue 40: the book, README and ARCHITECTURE.md stand alone. Every file they name (and the
+/// scripts, packaging and examples name in their comments) is in the repository: no
+/// `SPEC.md`, `DESIGN.md` or `ENVIRONMENT.md` that only the authors have. CHANGELOG.md is
+/// history: it may name files since renamed, but not those documents.
+#[test]
+fn every_named_file_is_in_the_repository() {
+    let mut files = documents();
+    for dir in [
+        "scripts",
+        "packaging",
+        "packaging/k8s",
+        "packaging/systemd",
+        "examples",
+    ] {
+        let Ok(entries) = std::fs::read_dir(root().join(dir)) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.expect("entry").path();
+            let text_like = p.extension().is_some_and(|x| {
+                ["sh", "yaml", "yml", "json", "service", "timer", "rs", "md"]
+                    .contains(&x.to_string_lossy().as_ref())
+            });
+            if p.is_file() && text_like {
+                files.push(p);
+            }
+        }
+    }
+    files.push(root().join("Cargo.toml"));
+    let mut missing = Vec::new();
+    for file in &files {
+        let text = read(file);
+        let dir = file.parent().expect("a directory");
+        let history = file.ends_with("CHANGELOG.md");
+        for (line, name) in named_files(&text) {
+            if history && !name.ends_with(".md") {
+                continue;
+            }
+            if !resolves(dir, &name) {
+                missing.push(format!("{}:{line}: {name}", relative(file)));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "files named but not in the repository:\n{}",
+        missing.join("\n")
+    );
+    // The check finds what it must.
+    let found = named_files("see SPEC.md \"Errors\", (DESIGN.md) and `src/nothing.rs`.");
+    let names: Vec<&str> = found.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(names, ["SPEC.md", "DESIGN.md", "src/nothing.rs"]);
+    assert!(!resolves(&root(), "SPEC.md"));
+}
+
+/// Issue 40: every `RMQ_BACKUP_*` variable the code reads is in the environment variable
+/// reference (docs/environment.md).
+#[test]
+fn every_environment_variable_is_documented() {
+    let page = read(&root().join("docs/environment.md"));
+    let mut missing = BTreeSet::new();
+    let mut seen = 0;
+    let mut dirs = vec![root().join("src")];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).expect("src") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") || p.ends_with("tests.rs") {
+                continue;
+            }
+            let text = read(&p);
+            let mut rest = text.as_str();
+            while let Some(at) = rest.find("RMQ_BACKUP_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                rest = &rest[at + name.len()..];
+                if name.contains("_TEST_") || name.ends_with('_') {
+                    continue;
+                }
+                seen += 1;
+                if !page.contains(&format!("`{name}`")) {
+                    missing.insert(format!("{name} ({})", relative(&p)));
+                }
+            }
+        }
+    }
+    assert!(seen >= 5, "only {seen} variables found");
+    assert!(
+        missing.is_empty(),
+        "not in docs/environment.md: {missing:?}"
+    );
+}

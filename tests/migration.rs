@@ -473,3 +473,83 @@ fn a_3_10_backup_with_mirroring_policies_restores_into_4_3_and_3_10() {
     assert_same_as(&expected, &got, Headers::InOrder, "3.10, mirrored queue");
     drop(conn);
 }
+
+/// A 3.10.8 vhost with a transient (non-durable, non-exclusive) queue and its messages, backed
+/// up and restored into RabbitMQ 4.3.6 as an operator locks it down
+/// (`deprecated_features.permit.transient_nonexcl_queues = false`, `global_qos = false`:
+/// `RMQ_TEST_BROKER=4.3-no-metrics`, scripts/setup-rabbitmq-4x.sh). That broker would leave
+/// the queue out of the definitions import without a word: the restore declares it durable,
+/// says so, and restores every message. The tool's own connections use no denied feature: a
+/// backup of the restored vhost on the locked-down broker completes too.
+#[test]
+fn a_transient_queue_of_3_10_restores_into_a_4_3_that_denies_transient_queues() {
+    let old = TestBroker::named("3.10");
+    let locked = TestBroker::named("4.3-no-metrics");
+    let denied: Vec<String> = locked
+        .management()
+        .denied_deprecated_features()
+        .expect("deprecated features");
+    assert!(
+        denied.iter().any(|f| f == "transient_nonexcl_queues"),
+        "scripts/setup-rabbitmq-4x.sh denies it on {}: {denied:?}",
+        locked.name
+    );
+    let mut vhosts = Vhosts(Vec::new());
+    let v = vhosts.add(old, &format!("rmqb-test-transient-{}", unique_suffix()));
+    let target = vhosts.add(locked, &format!("{v}-restored"));
+    let m = old.management();
+    m.create_vhost(&v).expect("create vhost");
+    m.set_permissions(&v, "guest").expect("permissions");
+    let conn = old.connect(&v);
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("transient", false, false, false, &Default::default())
+        .unwrap();
+    let msgs = diverse_messages(20, 7, false);
+    publish(&ch, "transient", &msgs);
+    let dir = TempDir::new("transient");
+    let store = dir.path().join("store");
+    let (code, out, err) = run(
+        dir.path(),
+        "b.yaml",
+        &backup_config(old, "t", &v, &store),
+        "backup",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = run(
+        dir.path(),
+        "r.yaml",
+        &restore_config(locked, "t", &store, &v, &target, ""),
+        "restore",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("queue transient in vhost")
+            && err.contains("declared durable")
+            && err.contains("transient_nonexcl_queues"),
+        "the change is named: {err}"
+    );
+    let q = get_json(locked, &format!("/api/queues/{}/transient", enc(&target)));
+    assert_eq!(q["durable"], true, "{q}");
+    let tconn = locked.connect(&target);
+    let got = peek(&tconn, "transient", msgs.len());
+    assert_same_as(
+        &as_restored(&msgs),
+        &got,
+        Headers::Sorted,
+        "restored into the locked-down broker",
+    );
+    // A backup from the locked-down broker: the tool's own connections use no denied feature.
+    let store2 = dir.path().join("store2");
+    let (code, out, err) = run(
+        dir.path(),
+        "b2.yaml",
+        &backup_config(locked, "again", &target, &store2),
+        "backup",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        backed_up(&store2, "again", "transient").len(),
+        msgs.len(),
+        "{out}{err}"
+    );
+}

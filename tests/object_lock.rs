@@ -334,3 +334,188 @@ fn azurite_takes_the_immutability_headers_without_enforcing_them() {
     let report = rmq_backup::inspect::validate(&container.0, "az-1", true).unwrap();
     assert!(report.is_valid(), "{:?}", report.problems);
 }
+
+/// A storage that refuses to delete an object while its retention lasts, as GCS does
+/// (`403 Forbidden`: an object under retention "cannot be deleted or overwritten until" its
+/// date); fake-gcs-server 1.54 stores the retention and deletes the object anyway, so the hook
+/// stands for GCS's enforcement.
+fn refusing_retained_deletes(
+    inner: std::sync::Arc<dyn rmq_backup::repository::storage::Storage>,
+) -> std::sync::Arc<common::hooked_storage::Hooked> {
+    use common::hooked_storage::{Access, Hooked};
+    let store = inner.clone();
+    Hooked::new(inner, move |access, key| {
+        if access != Access::Delete {
+            return Ok(());
+        }
+        match store.retained_until(key)? {
+            Some(t) if t > rmq_backup::now_ms() => Err(rmq_backup::Error::Storage(format!(
+                "Failed to delete {key}: 403 Forbidden: Object is subject to object retention and cannot be deleted or overwritten until {}",
+                rmq_backup::run::units::rfc3339_ms(t)
+            ))),
+            _ => Ok(()),
+        }
+    })
+}
+
+fn keep_last_one() -> rmq_backup::retention::Options {
+    rmq_backup::retention::Options {
+        policy: rmq_backup::retention::Policy {
+            keep_last: Some(rmq_backup::retention::Count::N(1)),
+            ..Default::default()
+        },
+        dry_run: false,
+        prune_interrupted: false,
+        prune: false,
+        prune_grace: rmq_backup::retention::DEFAULT_PRUNE_GRACE,
+    }
+}
+
+/// Issue 38, item 1: on GCS the manifest is not locked, and a backup without segments (its
+/// queues empty: definitions only) gave `forget` no date at all. It deleted `manifest.json`,
+/// then failed on the locked definitions export, leaving locked data with no index. Now every
+/// object's retention is read first, and the backup is kept whole.
+#[test]
+fn gcs_forget_keeps_a_retained_backup_without_segments_whole() {
+    let bucket = GcsBucket::new("lockdefs");
+    let vh = TestVhost::new("gcslockdefs");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "empty", "classic", FieldTable::new());
+    let dir = TempDir::new("gcslockdefs");
+    let storage = format!(
+        "  backend: gcs\n  bucket: {}\n  object_lock:\n    mode: compliance\n    retain_for: 1d\n",
+        bucket.0
+    );
+    let env = [("STORAGE_EMULATOR_HOST", common::buckets::GCS_ENDPOINT)];
+    for id in ["gdefs-1", "gdefs-2"] {
+        let cfg = backup_config(dir.path(), id, &vh.name, &storage);
+        let out = run_cli_env(&["backup", "--config", &cfg], &env);
+        assert_eq!(out.status.code(), Some(0), "{id}: {:?}", text(&out));
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    let raw = bucket.storage();
+    let m = rmq_backup::repository::manifest::Manifest::read(raw.as_ref(), "gdefs-1").unwrap();
+    assert!(
+        m.queues.iter().all(|q| q.segments.is_empty()),
+        "no segment: {m:?}"
+    );
+    let defs = m
+        .definitions
+        .as_ref()
+        .expect("a definitions export")
+        .key
+        .clone();
+    assert!(
+        raw.retained_until(&defs).unwrap().is_some(),
+        "{defs} locked"
+    );
+
+    let gcs: std::sync::Arc<dyn rmq_backup::repository::storage::Storage> =
+        refusing_retained_deletes(raw.clone());
+    let report = rmq_backup::retention::forget(&gcs, &keep_last_one()).unwrap();
+    assert!(
+        report.errors.is_empty(),
+        "no delete refused: {:?}",
+        report.errors
+    );
+    let d = report
+        .backups
+        .iter()
+        .find(|b| b.backup_id == "gdefs-1")
+        .unwrap();
+    assert!(!d.remove, "kept: {d:?}");
+    assert!(d.reasons[0].starts_with("locked until "), "{d:?}");
+    let still = rmq_backup::repository::manifest::Manifest::read(raw.as_ref(), "gdefs-1");
+    assert!(still.is_ok(), "the index is still there: {still:?}");
+    assert!(raw.head(&defs).unwrap().is_some());
+}
+
+/// Issue 38, item 1, on SeaweedFS (which enforces Object Lock): a backup whose manifest was
+/// last written under a shorter retention than its segments (a rerun of an interrupted backup
+/// with a shorter `retain_for`; here the manifest is written again through a storage
+/// configured so) was judged by its manifest alone: once the manifest's date passed, `forget`
+/// hid it behind delete markers while its segments were still locked. Now it is kept until
+/// its last object's date, then removed.
+#[test]
+fn s3_forget_keeps_a_backup_until_its_last_object_is_free() {
+    let bucket = LockedBucket::new("lockall");
+    let vh = TestVhost::new("objlockall");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "orders", "classic", FieldTable::new());
+    publish(&ch, "orders", &diverse_messages(30, 8, false));
+    let dir = TempDir::new("objlockall");
+    let storage_for = |retain: &str| {
+        format!(
+            "  backend: s3\n  bucket: {}\n  region: us-east-1\n  endpoint: \"{S3_ENDPOINT}\"\n  path_style: true\n  allow_http: true\n  prefix: locked\n  access_key: {}\n  secret_key: {}\n  object_lock:\n    mode: governance\n    retain_for: {retain}\n",
+            bucket.0.name, S3_ADMIN.0, S3_ADMIN.1
+        )
+    };
+    let long = storage_for("30s");
+    for id in ["all-1", "all-2"] {
+        let cfg = backup_config(dir.path(), id, &vh.name, &long);
+        let out = run_cli(&["backup", "--config", &cfg]);
+        assert_eq!(out.status.code(), Some(0), "{id}: {:?}", text(&out));
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    let open = |yaml: &str| {
+        let cfg = rmq_backup::config::Config::from_yaml_str(&format!(
+            "mode: restore\nbackup_id: x\ntarget:\n  amqp_url: \"{}\"\nstorage:\n{yaml}restore:\n  restore_definitions: false\n",
+            amqp_url("/")
+        ))
+        .expect("config");
+        rmq_backup::repository::storage::open_config(&cfg.storage).expect("open s3")
+    };
+    let store = open(&long);
+    let manifest = store.get_bytes("all-1/manifest.json").unwrap();
+    open(&storage_for("1s"))
+        .put_bytes("all-1/manifest.json", &manifest)
+        .unwrap();
+    let m = rmq_backup::repository::manifest::Manifest::read(store.as_ref(), "all-1").unwrap();
+    let segment = m.queues[0].segments[0].key.clone();
+    let segment_until = store.retained_until(&segment).unwrap().expect("locked");
+    while store
+        .retained_until("all-1/manifest.json")
+        .unwrap()
+        .is_some_and(|t| t > rmq_backup::now_ms())
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        segment_until > rmq_backup::now_ms() + 5_000,
+        "the segments stay locked for a while yet"
+    );
+    let env = [
+        ("AWS_ACCESS_KEY_ID", S3_ADMIN.0),
+        ("AWS_SECRET_ACCESS_KEY", S3_ADMIN.1),
+    ];
+    let url = format!(
+        "s3://{}/locked?region=us-east-1&endpoint={S3_ENDPOINT}&path_style=true&allow_http=true",
+        bucket.0.name
+    );
+    let (code, report, stderr) = forget(&url, &env);
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    let d = decision(&report, "all-1");
+    assert_eq!(d["action"], "keep", "{report}");
+    let why = d["reasons"][0].as_str().unwrap();
+    let until = why
+        .strip_prefix("locked until ")
+        .and_then(|r| r.split(": ").next())
+        .and_then(|t| rmq_backup::run::units::parse_time(t).ok())
+        .unwrap_or_else(|| panic!("a date: {report}"));
+    assert!(
+        until >= segment_until,
+        "the date of its latest object: {report}"
+    );
+    assert!(store.head("all-1/manifest.json").unwrap().is_some());
+
+    // Once its last object is free, a later forget removes it.
+    let latest = store.latest_retention("all-1/").unwrap().expect("a date");
+    while rmq_backup::now_ms() <= latest {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (code, report, stderr) = forget(&url, &env);
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    assert_eq!(decision(&report, "all-1")["action"], "remove", "{report}");
+}

@@ -41,7 +41,27 @@ fn load(yaml: &str) -> rmq_backup::config::Config {
         // Tests of this file only read these variables.
         unsafe { std::env::set_var(k, v) };
     }
-    rmq_backup::config::Config::from_yaml_str(yaml).expect("a valid configuration")
+    // The Kubernetes manifests read their secrets from a Secret mounted at /secrets: here the
+    // same files in a directory of the test's own.
+    let secrets = std::env::temp_dir().join(format!("rmq-backup-packaging-{}", std::process::id()));
+    std::fs::create_dir_all(&secrets).unwrap();
+    for (file, value) in [
+        ("rabbitmq-password", "secret\n"),
+        ("aws-access-key-id", "AKIA\n"),
+        ("aws-secret-access-key", "key\n"),
+    ] {
+        std::fs::write(secrets.join(file), value).unwrap();
+    }
+    let yaml = yaml.replace("/secrets/", &format!("{}/", secrets.display()));
+    let c = rmq_backup::config::Config::from_yaml_str(&yaml).expect("a valid configuration");
+    if yaml.contains("_file:") {
+        // Secrets come from files, never from the environment.
+        assert!(
+            !yaml.contains("${RABBITMQ_PASSWORD}") && !yaml.contains("${AWS_"),
+            "{yaml}"
+        );
+    }
+    c
 }
 
 #[test]
@@ -105,6 +125,10 @@ fn the_debian_package_installs_and_its_units_verify() {
         "./lib/systemd/system/rmq-backup.service",
         "./lib/systemd/system/rmq-backup.timer",
         "./usr/share/doc/rmq-backup/README.md",
+        "./usr/share/bash-completion/completions/rmq-backup",
+        "./usr/share/zsh/vendor-completions/_rmq-backup",
+        "./usr/share/fish/vendor_completions.d/rmq-backup.fish",
+        "./usr/share/man/man1/rmq-backup.1.gz",
     ] {
         assert!(listing.contains(f), "{f} in\n{listing}");
     }
@@ -127,6 +151,36 @@ fn the_debian_package_installs_and_its_units_verify() {
         assert!(
             !out.contains("rmq-backup"),
             "warnings about the units: {out}"
+        );
+        // The completions and the man page are what the installed binary makes from its own
+        // command definitions (tests/completions.rs checks every flag is in them).
+        for (file, args) in [
+            (
+                "/usr/share/bash-completion/completions/rmq-backup",
+                ["completions", "bash"],
+            ),
+            (
+                "/usr/share/zsh/vendor-completions/_rmq-backup",
+                ["completions", "zsh"],
+            ),
+            (
+                "/usr/share/fish/vendor_completions.d/rmq-backup.fish",
+                ["completions", "fish"],
+            ),
+        ] {
+            let installed = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let (ok, generated) = run("/usr/bin/rmq-backup", &args);
+            assert!(
+                ok && installed == generated,
+                "{file} differs from rmq-backup {args:?}"
+            );
+            assert!(installed.contains("read-data-subset"), "{file}");
+        }
+        let (ok, page) = run("zcat", &["/usr/share/man/man1/rmq-backup.1.gz"]);
+        assert!(ok && page.starts_with(".TH RMQ\\-BACKUP 1"), "{page}");
+        assert!(
+            page.contains("\\-\\-from\\-config"),
+            "the man page lists copy --from-config"
         );
     };
     let result = std::panic::catch_unwind(checks);

@@ -6,6 +6,8 @@
 //! before ([`Messages`]), and the timed part publishes with confirms or reads and gives back.
 #![allow(dead_code)]
 
+pub mod amqp10;
+
 use rmq_backup::broker::amqp::{
     AmqpUrl, BasicProperties, Channel, ConnectOptions, Connection, FieldTable, FieldValue,
 };
@@ -16,8 +18,19 @@ use std::time::{Duration, Instant};
 pub const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672";
 pub const MGMT: &str = "http://127.0.0.1:15672";
 
+/// The broker's AMQP URL without vhost: `BENCH_AMQP`, else [`AMQP`] (RabbitMQ 3.10.8 here;
+/// the suite's 4.3.6 is `amqp://guest:guest@127.0.0.1:5692`).
+pub fn bench_amqp() -> String {
+    std::env::var("BENCH_AMQP").unwrap_or_else(|_| AMQP.to_string())
+}
+
+/// The broker's management URL: `BENCH_MGMT`, else [`MGMT`] (4.3.6: `http://127.0.0.1:15692`).
+pub fn bench_mgmt() -> String {
+    std::env::var("BENCH_MGMT").unwrap_or_else(|_| MGMT.to_string())
+}
+
 pub fn connect(vhost: &str) -> Connection {
-    let url = AmqpUrl::parse(&format!("{AMQP}/{vhost}")).expect("url");
+    let url = AmqpUrl::parse(&format!("{}/{vhost}", bench_amqp())).expect("url");
     Connection::open(&ConnectOptions::new(url)).expect("connect")
 }
 
@@ -410,15 +423,22 @@ impl PreparedRead {
     /// up to 50 ms; at most 60 s). Returns when the last delivery arrived and when the queue
     /// was whole again.
     pub fn run(self) -> (Instant, Instant) {
+        self.run_with(|_| {})
+    }
+
+    /// [`PreparedRead::run`], handing each delivery's body to `body` as it comes (the store
+    /// ceiling of `bench/store_ceiling.rs` writes and hashes them).
+    pub fn run_with(self, mut body: impl FnMut(Vec<u8>)) -> (Instant, Instant) {
         for (ch, window) in &self.windows {
             let consumer = ch
                 .basic_consume(&self.queue, "bench", false, false, &FieldTable::new())
                 .expect("consume");
             for _ in 0..*window {
-                consumer
+                let d = consumer
                     .recv_timeout(Duration::from_secs(60))
                     .expect("recv")
                     .expect("delivery");
+                body(d.body);
             }
         }
         let delivered = Instant::now();
@@ -615,12 +635,17 @@ pub fn seed(vhost: &str, a: &Args, msgs: &Messages) -> Connection {
         queue_type()
     );
     let conn = connect(vhost);
+    declare_queues(&conn, &queues);
+    publish_parallel(vhost, &queues, a.n / queues.len(), msgs);
+    conn
+}
+
+/// Declares `queues` (durable, `BENCH_QUEUE_TYPE`) on a channel of `conn` of their own.
+pub fn declare_queues(conn: &Connection, queues: &[String]) {
     let ch = conn.open_channel().expect("channel");
-    for q in &queues {
+    for q in queues {
         ch.queue_declare(q, true, false, false, &queue_args())
             .expect("declare");
     }
     ch.close().expect("close");
-    publish_parallel(vhost, &queues, a.n / queues.len(), msgs);
-    conn
 }

@@ -182,3 +182,36 @@ impl ReadContext<'_> {
         options
     }
 }
+
+/// The AMQP 1.0 connection a queue of `backup.amqp10_queues` is read on (`None`: the queue is
+/// read over 0-9-1): to the same node, host, port, TLS, credentials and vhost as its 0-9-1
+/// connection, opened for this queue and closed after it (issue 39). A node older than 4.0
+/// (the version seen on the 0-9-1 connection) has no AMQP 1.0 core: the queue is read over
+/// 0-9-1, with a warning naming the key.
+///
+/// Errors: those of [`crate::broker::amqp10::Connection::open`].
+pub(super) fn amqp10_connection(
+    ctx: &QueueContext,
+    q: &QueueInfo,
+) -> Result<Option<crate::broker::amqp10::Connection>> {
+    if !ctx.read.opts.reads_amqp10(&q.name) {
+        return Ok(None);
+    }
+    let version = ctx.read.broker_version.get();
+    if version.is_none_or(|v| v.major < 4) {
+        log::warn!(
+            "queue {} in vhost {} matches backup.amqp10_queues, but the broker ({}) is older than RabbitMQ 4.0, which reads AMQP 1.0 natively: read over AMQP 0-9-1",
+            q.name,
+            q.vhost,
+            version.map_or_else(|| "version unknown".to_string(), |v| v.to_string())
+        );
+        return Ok(None);
+    }
+    let node = q.node.as_deref().and_then(|n| ctx.read.nodes.address_of(n));
+    let mut url = node.cloned().unwrap_or_else(|| ctx.read.url_of(&q.vhost));
+    url.vhost = q.vhost.clone();
+    let mut options = crate::broker::amqp10::ConnectOptions::new(url);
+    options.connection_name = ctx.read.earlier_run.connection_name(&q.vhost, "AMQP 1.0, ");
+    options.tls = ctx.read.tls.clone();
+    crate::broker::amqp10::Connection::open(&options).map(Some)
+}

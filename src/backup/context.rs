@@ -42,6 +42,9 @@ pub(super) struct ReadContext<'a> {
     /// The source broker's version: what giving a quorum queue's messages back costs
     /// (`quorum`).
     pub(super) broker_version: quorum::SeenVersion,
+    /// The source's `cluster_name` (`GET /api/overview`), which names its queues' records of
+    /// delivery counts (`counted`).
+    pub(super) cluster: Option<String>,
     /// False when the source's management API keeps no message statistics (`unacked`).
     pub(super) statistics: bool,
     /// The source's management API (who holds a queue's unacknowledged messages).

@@ -6,6 +6,7 @@
 //! creates no spool directory and does not open the storage (a filesystem path is not even
 //! created).
 
+use super::listing::Listing;
 use super::select::select_queues;
 use crate::broker::management::ManagementClient;
 use crate::config::{CompressionKind, Config, StorageConfig};
@@ -109,7 +110,7 @@ pub fn plan(cfg: &Config) -> Result<DryRun> {
         .broker_version
         .as_deref()
         .and_then(crate::broker::BrokerVersion::parse);
-    let (mut chosen, mut skipped) = select_queues(&mgmt, source, opts, version)?;
+    let (mut chosen, mut skipped) = select_queues(&mgmt, source, opts, version, Listing::Full)?;
     if let Some(s) = &shard {
         chosen.retain(|q| s.owns(&q.vhost, &q.name));
         skipped.retain(|q| s.owns(&q.vhost, &q.name));

@@ -18,6 +18,19 @@ const VERDICT_BYTES: u64 = 256 << 10;
 /// (percent): zstd's own frame and block headers on random data, an age file's chunk tags.
 const NO_GAIN_PERCENT: u64 = 98;
 
+/// Payload after which a segment being compressed is judged once before it is full: one that
+/// has not shrunk by then is finished there (a segment of this size), so the next ones are
+/// stored uncompressed without zstd searching a whole segment (128 MiB by default) of random
+/// bodies first. Measured (docs/performance.md): that first segment was most of a version 2
+/// backup's CPU for 5,000 x 64 KiB random bodies.
+pub(super) const EARLY_VERDICT_BYTES: u64 = 8 << 20;
+
+/// True when `consumed` payload bytes compressed to `produced` tell that the compression does
+/// not pay: enough bytes to tell, and at least [`NO_GAIN_PERCENT`] of them left.
+pub(super) fn no_gain(consumed: u64, produced: u64) -> bool {
+    consumed >= VERDICT_BYTES && produced * 100 >= consumed * NO_GAIN_PERCENT
+}
+
 /// Chooses each new segment's compression for one queue.
 #[derive(Debug)]
 pub(super) struct Choice {
@@ -59,7 +72,7 @@ impl Choice {
             }
             return;
         }
-        self.state = if produced * 100 >= consumed * NO_GAIN_PERCENT {
+        self.state = if no_gain(consumed, produced) {
             if self.state == State::Configured {
                 log::debug!(
                     "{consumed} bytes of records became {produced} with {}: the next segments are stored uncompressed, one in {} tried again",
@@ -122,6 +135,10 @@ mod tests {
         let mut c = Choice::new(Compression::Zstd);
         c.judge(100 * MIB, 97 * MIB);
         assert_eq!(c.next(), Compression::Zstd);
+        // The early verdict's test: too few bytes say nothing.
+        assert!(no_gain(EARLY_VERDICT_BYTES, EARLY_VERDICT_BYTES + 100));
+        assert!(!no_gain(EARLY_VERDICT_BYTES, EARLY_VERDICT_BYTES / 2));
+        assert!(!no_gain(VERDICT_BYTES - 1, VERDICT_BYTES));
     }
 
     #[test]

@@ -19,9 +19,12 @@
 mod alarm;
 mod conns;
 mod context;
+mod counted;
+mod delayed;
 pub mod dry_run;
 mod earlier_run;
 mod incompressible;
+mod listing;
 mod queue;
 mod quorum;
 mod resume;
@@ -209,7 +212,7 @@ fn run_job(
     if !statistics {
         log::warn!("the source's management API keeps no message statistics (management_agent.disable_metrics_collector): the live counts of the queues decide when a read starts, and what other consumers hold cannot be counted");
     }
-    manifest.source_cluster = overview.cluster_name;
+    manifest.source_cluster = overview.cluster_name.clone();
     manifest.broker_version = overview.broker_version;
     alarm::check_headroom(&mgmt)?;
     // The lock's heartbeat tells a running backup from an interrupted one, and keeps a second
@@ -275,7 +278,19 @@ fn run_job(
 
     // Listed before the connections of an earlier run are closed: the listing still counts
     // what that run holds unacknowledged (the manifest's messages_unacknowledged_at_start).
-    let (mut queues, mut skipped) = select_queues(&mgmt, source, opts, broker_version.get())?;
+    let (mut queues, mut skipped) = select_queues(
+        &mgmt,
+        source,
+        opts,
+        broker_version.get(),
+        // A broker without statistics keeps the full listing, whose missing counts its
+        // handling (`unacked`) was made and tested on.
+        if statistics {
+            listing::Listing::Live
+        } else {
+            listing::Listing::Full
+        },
+    )?;
     let earlier_run =
         earlier_run::EarlierRun::find(target.connection_prefix(), interrupted.is_some(), &lock);
     if let Some(shard) = &target.shard {
@@ -326,6 +341,7 @@ fn run_job(
             opts,
             earlier_run,
             broker_version,
+            cluster: overview.cluster_name,
             statistics,
             mgmt: &mgmt,
             left_out: Mutex::new(Vec::new()),
@@ -539,7 +555,7 @@ fn read_queues<'a>(
         let _log = crate::run::logging::queue_scope(&q.vhost, &q.name);
         // A retry does not start below what the listing or an earlier attempt counted.
         let listed = if q.statistics { q.messages } else { 0 };
-        let (mut floor, mut attempts) = (unacked::Floor(0), 0u32);
+        let (mut state, mut attempts) = (queue::Attempts::default(), 0u32);
         let r = match crate::run::signals::stop_reason("backup") {
             Some(why) => Err(Error::Io(why)),
             None if ctx.read.stop.reason().is_some() => Err(Error::Connection(
@@ -549,9 +565,9 @@ fn read_queues<'a>(
                 attempts += 1;
                 if q.queue_type != Some(crate::broker::QueueType::Stream) {
                     if attempts > 1 {
-                        floor.0 = floor.0.max(listed);
+                        state.floor.0 = state.floor.0.max(listed);
                     }
-                    let r = backup_queue(ctx, q, upload_tx, &mut conns, &mut floor);
+                    let r = backup_queue(ctx, q, upload_tx, &mut conns, &mut state);
                     if r.is_err() {
                         conns.discard();
                     }

@@ -10,13 +10,17 @@
 //! | broker | delivery limit | read |
 //! |---|---|---|
 //! | 4.3+ | any | consumers, given back with `basic.nack(requeue)`: not counted |
-//! | 3.x, 4.0-4.2 | none (3.x default, or `-1`) | as `requeue_strategy` says (counted, harmless) |
-//! | 3.x, 4.0-4.2 | finite | left alone (exit 4) |
-//! | 3.x, 4.0-4.2 | finite, `read_queues_with_delivery_limit` | read while every message has headroom |
+//! | 3.x, 4.0-4.2 | none (3.x default, or `-1`) | as `requeue_strategy` says (counted, harmless; recorded) |
+//! | 3.x, 4.0-4.2, unknown | finite | left alone (exit 4) |
+//! | 3.x, 4.0-4.2, unknown | finite, `read_queues_with_delivery_limit` | read while one more read leaves every message below the limit ([`one_more_read`], from the record of earlier reads: `super::counted`) |
 //!
 //! (ENVIRONMENT.md, measured: 4.0.5 counts nack, reject and a close alike, and an AMQP 1.0
-//! `released` too; 4.3.6 counts reject and a close, not a nack.) The decision is logged once
-//! per run ([`Decision::log_once`]).
+//! `released` too; 4.3.6 counts reject and a close, not a nack.) An unknown version is the
+//! careful case: every return counts, and the default limit is 20. The decision is taken
+//! right before a queue's read, on the queue's current arguments and policy and on the
+//! oldest version any node of the run showed (the management API's, and each AMQP
+//! connection's `server-properties`: this queue's included), and logged once per run
+//! ([`Decision::log_once`]).
 //!
 //! The broker adds `x-delivery-count` (3.x, 4.x) and `x-acquired-count` (4.3) to a quorum
 //! queue's deliveries: they say how the message was handled, not what its publisher sent, so
@@ -77,10 +81,20 @@ impl SeenVersion {
 /// (3.x and 4.x) and of all acquisitions (4.3).
 pub const BROKER_HEADERS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
 
+/// The delivery limit RabbitMQ applies to quorum queues where nothing sets one, on a broker
+/// of `version`: 20 since 4.0, none on 3.x; an unknown version is taken as the careful case,
+/// 20 (issue 37: "an unknown version is treated as the most careful case").
+fn default_limit(version: Option<BrokerVersion>) -> Option<u64> {
+    match version {
+        Some(v) => v.default_quorum_delivery_limit(),
+        None => Some(20),
+    }
+}
+
 /// The delivery limit in effect for quorum queue `q` on a broker of `version`: the
 /// management API's `delivery_limit` where it reports one (4.x: whatever set it), else the
 /// lower of the `x-delivery-limit` argument and the effective policy's `delivery-limit`
-/// (3.x), else the version's default (20 since 4.0). `None`: unlimited (`-1` on 4.x, or
+/// (3.x), else the version's default ([`default_limit`]). `None`: unlimited (`-1` on 4.x, or
 /// nothing set on 3.x). RabbitMQ "Quorum Queues", poison message handling.
 pub fn effective_delivery_limit(q: &QueueInfo, version: Option<BrokerVersion>) -> Option<u64> {
     if q.queue_type != Some(QueueType::Quorum) {
@@ -98,7 +112,29 @@ pub fn effective_delivery_limit(q: &QueueInfo, version: Option<BrokerVersion>) -
         // A negative value is no limit (4.x's -1); else the lower one wins.
         return set.iter().filter_map(|l| u64::try_from(*l).ok()).min();
     }
-    version.and_then(BrokerVersion::default_quorum_delivery_limit)
+    default_limit(version)
+}
+
+/// The lowest delivery limit that a policy or operator policy in `policies` whose pattern
+/// matches `queue` sets (`delivery-limit` of 0 or more; a negative one is no limit), `None`
+/// when none does.
+///
+/// The management API shows a queue's effective policy only after its next statistics round
+/// (measured on 4.3.6 and 3.10.8: a policy set or removed a moment ago is not seen for about
+/// 5 s), so where every return counts the decision also asks the policies themselves and takes
+/// the lower limit. Priorities and `apply-to` are not weighed: a limit any matching policy sets
+/// counts, which may leave a queue alone that a higher-priority policy frees, never the
+/// reverse. A pattern that is not a valid regular expression matches nothing.
+pub fn policy_limit(
+    queue: &str,
+    policies: &[crate::broker::management::PolicyInfo],
+) -> Option<u64> {
+    policies
+        .iter()
+        .filter(|p| regex::Regex::new(&p.pattern).is_ok_and(|re| re.is_match(queue)))
+        .filter_map(|p| p.definition.get("delivery-limit")?.as_i64())
+        .filter_map(|l| u64::try_from(l).ok())
+        .min()
 }
 
 /// How a quorum queue is backed up on this broker.
@@ -125,14 +161,37 @@ fn version_text(version: Option<BrokerVersion>) -> String {
     )
 }
 
+/// The remedies that lose nothing, for a quorum queue every return of which counts
+/// (issue 37, item 2): printed with every such queue left alone.
+pub fn remedies(version: Option<BrokerVersion>) -> String {
+    let default = default_limit(version).map_or(String::new(), |d| {
+        format!(", and once the policy is removed every message above the default limit of {d} is dropped at its next return")
+    });
+    format!(
+        "Remedies that lose nothing: RabbitMQ 4.3 or later (its basic.nack does not count); or a policy with a higher \"delivery-limit\" (each nightly read costs each message one count per night it stays). A policy with \"delivery-limit\": -1 lets backups read the queue, but on {} every read still raises each message's x-delivery-count{default}",
+        version_text(version)
+    )
+}
+
 /// What a backup does with quorum queue `q` on a broker of `version` (see the module
-/// documentation); `opts.read_queues_with_delivery_limit` is the opt-in.
+/// documentation); `opts.read_queues_with_delivery_limit` is the opt-in. An unknown version
+/// is the careful case: every return counts, the default limit is 20.
 pub fn decide(q: &QueueInfo, version: Option<BrokerVersion>, opts: &BackupOptions) -> Decision {
-    if version.is_some_and(BrokerVersion::uncounted_nack) {
-        return Decision::Nack;
-    }
     if !q.policy_known {
         return Decision::Unknown;
+    }
+    if version.is_some_and(BrokerVersion::uncounted_nack) {
+        if let Some((kind @ (DelayedRetry::Returned | DelayedRetry::All), min_ms)) =
+            delayed_retry(q)
+        {
+            return Decision::Skip(format!(
+                "it is a quorum queue with delayed retries of {} messages (delayed-retry-type {}{}): RabbitMQ 4.3 holds back every message given back with basic.nack (the only give-back that does not count as a failed delivery) from all consumers for delayed-retry-min, so a backup would hide the whole queue from its consumers for that long. Remedies: delayed-retry-type failed (only failed deliveries are delayed) or disabled on this queue while the backup runs",
+                if kind == DelayedRetry::All { "all returned" } else { "returned (nacked)" },
+                kind.as_str(),
+                min_ms.map_or(String::new(), |m| format!(", min {m} ms"))
+            ));
+        }
+        return Decision::Nack;
     }
     let Some(limit) = effective_delivery_limit(q, version) else {
         return Decision::Counted;
@@ -141,9 +200,94 @@ pub fn decide(q: &QueueInfo, version: Option<BrokerVersion>, opts: &BackupOption
         return Decision::Headroom { limit };
     }
     Decision::Skip(format!(
-        "it is a quorum queue with a delivery limit of {limit}, and on {} every message a backup gives back counts as a failed delivery (x-delivery-count + 1): {limit} backups would drop or dead-letter every message. Remedies: RabbitMQ 4.3 or later (its basic.nack does not count), a policy with \"delivery-limit\": -1 on this queue while the backup runs, or backup.read_queues_with_delivery_limit: true (reads while every message is 2 or more returns below the limit)",
-        version_text(version)
+        "it is a quorum queue with a delivery limit of {limit}, and on {} every message a backup gives back counts as a failed delivery (x-delivery-count + 1): {limit} backups would drop or dead-letter every message. {}; or backup.read_queues_with_delivery_limit: true (reads while every message stays at least one return below the limit, then leaves the queue alone)",
+        version_text(version),
+        remedies(version)
     ))
+}
+
+/// A quorum queue's delayed-retry type (RabbitMQ 4.3, "Quorum Queues", delayed retry): which
+/// returns the broker holds back from every consumer for a while (`delayed-retry-min` ms times
+/// the message's delivery count, at most `delayed-retry-max`; measured on 4.3.6 by
+/// `rabbit_fifo:should_delay0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelayedRetry {
+    /// None.
+    Disabled,
+    /// Failed deliveries: `basic.reject`, a closed channel or connection, AMQP 1.0
+    /// `modified{delivery-failed}`.
+    Failed,
+    /// Returns that are no failure: `basic.nack(requeue)`, AMQP 1.0 `released`.
+    Returned,
+    /// Both.
+    All,
+}
+
+impl DelayedRetry {
+    fn parse(s: &str) -> Option<DelayedRetry> {
+        match s {
+            "disabled" => Some(DelayedRetry::Disabled),
+            "failed" => Some(DelayedRetry::Failed),
+            "returned" => Some(DelayedRetry::Returned),
+            "all" => Some(DelayedRetry::All),
+            _ => None,
+        }
+    }
+
+    /// The name RabbitMQ gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DelayedRetry::Disabled => "disabled",
+            DelayedRetry::Failed => "failed",
+            DelayedRetry::Returned => "returned",
+            DelayedRetry::All => "all",
+        }
+    }
+}
+
+/// The delayed-retry type of quorum queue `q` and its minimum delay (ms), from the management
+/// API's description (`delayed_retry`: `all (min: 15000ms, max: 60000ms)`), else the
+/// effective policy's `delayed-retry-type`/`-min` (a policy wins over an argument), else the
+/// `x-delayed-retry-type`/`-min` arguments. `None`: none set (RabbitMQ before 4.3 has none).
+pub fn delayed_retry(q: &QueueInfo) -> Option<(DelayedRetry, Option<u64>)> {
+    if let Some(d) = &q.delayed_retry {
+        let kind = DelayedRetry::parse(d.split_whitespace().next().unwrap_or(""))?;
+        let min = d
+            .split_once("min: ")
+            .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok());
+        return Some((kind, min));
+    }
+    let policy = &q.effective_policy_definition;
+    let kind = policy
+        .get("delayed-retry-type")
+        .or_else(|| q.arguments.get("x-delayed-retry-type"))
+        .and_then(|v| v.as_str())
+        .and_then(DelayedRetry::parse)?;
+    let min = [
+        policy.get("delayed-retry-min"),
+        q.arguments.get("x-delayed-retry-min"),
+    ]
+    .iter()
+    .flatten()
+    .filter_map(|v| v.as_u64())
+    .min();
+    Some((kind, min))
+}
+
+/// Whether one more counted read of a quorum queue whose delivery limit is `limit` leaves
+/// every message below the limit, from `prior`, the highest `x-delivery-count` a message of
+/// the queue may have from earlier reads (`None`: no record). A read may leave a message at
+/// most at `limit - 1` (one more return of any consumer then leaves it at the limit, not
+/// past it), so it may take a message at most at `limit - 2`: `Ok` when
+/// `prior + 2 <= limit`, else `Err` with the count the read would reach.
+pub fn one_more_read(prior: Option<u64>, limit: u64) -> std::result::Result<(), u64> {
+    let at = prior.unwrap_or(0);
+    if at.saturating_add(2) <= limit {
+        Ok(())
+    } else {
+        Err(at.saturating_add(1))
+    }
 }
 
 impl Decision {
@@ -300,10 +444,10 @@ mod tests {
             ),
             None
         );
-        // Unknown version, nothing set: no limit known.
+        // Unknown version, nothing set: the careful case, 4.x's default.
         assert_eq!(
             effective_delivery_limit(&quorum(none.clone(), none.clone(), None), None),
-            None
+            Some(20)
         );
         // Not a quorum queue: no limit.
         let mut classic = quorum(json!({"x-delivery-limit": 3}), none, None);
@@ -353,7 +497,7 @@ mod tests {
         };
         assert_eq!(decide(&fresh, v("3.10.8"), &opts), Decision::Unknown);
         assert_eq!(decide(&fresh, v("4.0.5"), &opt_in), Decision::Unknown);
-        assert_eq!(decide(&fresh, v("4.3.6"), &opts), Decision::Nack);
+        assert_eq!(decide(&fresh, v("4.3.6"), &opts), Decision::Unknown);
         assert_eq!(
             Decision::Nack.plan(RequeueStrategy::Reject),
             ReadPlan {
@@ -368,6 +512,136 @@ mod tests {
                 .delivery_limit,
             Some(5)
         );
+    }
+
+    #[test]
+    fn delayed_retries_of_returned_messages_leave_a_4_3_queue_alone() {
+        let opts = BackupOptions::default();
+        let mut q = quorum(json!({}), json!({}), Some(20));
+        assert_eq!(decide(&q, v("4.3.6"), &opts), Decision::Nack);
+        for (api, policy, args, expected) in [
+            (
+                Some("all (min: 15000ms, max: 60000ms)"),
+                json!({}),
+                json!({}),
+                Some((DelayedRetry::All, Some(15000))),
+            ),
+            (
+                Some("failed (min: 20ms, max: 20ms)"),
+                json!({}),
+                json!({}),
+                Some((DelayedRetry::Failed, Some(20))),
+            ),
+            (
+                None,
+                json!({"delayed-retry-type": "returned", "delayed-retry-min": 500}),
+                json!({"x-delayed-retry-type": "failed", "x-delayed-retry-min": 100}),
+                Some((DelayedRetry::Returned, Some(100))),
+            ),
+            (
+                None,
+                json!({}),
+                json!({"x-delayed-retry-type": "disabled"}),
+                Some((DelayedRetry::Disabled, None)),
+            ),
+            (None, json!({}), json!({}), None),
+        ] {
+            q.delayed_retry = api.map(str::to_string);
+            q.effective_policy_definition = policy.as_object().cloned().unwrap();
+            q.arguments = args.as_object().cloned().unwrap();
+            assert_eq!(delayed_retry(&q), expected, "{api:?}");
+            let d = decide(&q, v("4.3.6"), &opts);
+            match expected {
+                Some((DelayedRetry::All | DelayedRetry::Returned, _)) => {
+                    let Decision::Skip(why) = d else {
+                        panic!("{d:?}")
+                    };
+                    assert!(
+                        why.contains("delayed-retry-type") && why.contains("Remedies"),
+                        "{why}"
+                    );
+                }
+                _ => assert_eq!(d, Decision::Nack),
+            }
+        }
+    }
+
+    #[test]
+    fn an_unknown_version_is_the_careful_case() {
+        let opts = BackupOptions::default();
+        let plain = quorum(json!({}), json!({}), None);
+        let Decision::Skip(why) = decide(&plain, None, &opts) else {
+            panic!("every return counts, default limit 20");
+        };
+        assert!(
+            why.contains("delivery limit of 20") && why.contains("unknown version"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_policy_limit_is_the_lowest_a_matching_policy_sets() {
+        use crate::broker::management::PolicyInfo;
+        let p = |pattern: &str, limit: serde_json::Value| PolicyInfo {
+            pattern: pattern.into(),
+            definition: [("delivery-limit".to_string(), limit)]
+                .into_iter()
+                .collect(),
+            ..PolicyInfo::default()
+        };
+        let none: Vec<PolicyInfo> = Vec::new();
+        assert_eq!(policy_limit("q", &none), None);
+        assert_eq!(policy_limit("orders", &[p("^orders$", 3.into())]), Some(3));
+        assert_eq!(policy_limit("orders-2", &[p("^orders$", 3.into())]), None);
+        // A negative limit is none; the lowest of the others wins; a bad pattern matches nothing.
+        let set = [
+            p("^b", (-1).into()),
+            p("b-q", 7.into()),
+            p(".*", 4.into()),
+            p("(", 1.into()),
+            PolicyInfo {
+                pattern: ".*".into(),
+                ..PolicyInfo::default()
+            },
+        ];
+        assert_eq!(policy_limit("b-quorum", &set), Some(4));
+        assert_eq!(policy_limit("b-quorum", &set[..1]), None);
+        assert_eq!(policy_limit("b-quorum", &[p(".*", "5".into())]), None);
+    }
+
+    #[test]
+    fn one_more_read_leaves_every_message_below_the_limit() {
+        // A read may take a message at most at limit - 2 (it goes back at limit - 1).
+        assert_eq!(one_more_read(None, 5), Ok(()));
+        assert_eq!(one_more_read(Some(3), 5), Ok(()));
+        assert_eq!(one_more_read(Some(4), 5), Err(5));
+        assert_eq!(one_more_read(Some(9), 5), Err(10));
+        assert_eq!(one_more_read(None, 2), Ok(()));
+        assert_eq!(one_more_read(Some(1), 2), Err(2));
+        // Limits that leave no room at all.
+        assert_eq!(one_more_read(None, 1), Err(1));
+        assert_eq!(one_more_read(None, 0), Err(1));
+        assert_eq!(one_more_read(Some(u64::MAX - 1), 20), Err(u64::MAX));
+        // Nights: a fresh queue under a limit of 5 is read 4 times (counts 1, 2, 3, 4).
+        let mut prior = None;
+        let mut nights = 0;
+        while one_more_read(prior, 5).is_ok() {
+            prior = Some(prior.unwrap_or(0) + 1);
+            nights += 1;
+        }
+        assert_eq!((nights, prior), (4, Some(4)));
+    }
+
+    #[test]
+    fn the_remedies_never_suggest_an_unqualified_unlimited_policy() {
+        let r = remedies(v("4.0.5"));
+        assert!(r.contains("RabbitMQ 4.3 or later"), "{r}");
+        assert!(
+            r.contains("\"delivery-limit\": -1") && r.contains("still raises"),
+            "the -1 policy comes with its cost: {r}"
+        );
+        assert!(r.contains("default limit of 20"), "{r}");
+        assert!(!remedies(v("3.10.8")).contains("default limit"));
     }
 
     #[test]

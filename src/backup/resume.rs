@@ -99,7 +99,7 @@ fn same_version<'a>(
     q: &QueueInfo,
     segments: impl IntoIterator<Item = &'a SegmentMetadata>,
 ) -> Result<()> {
-    let want = ctx.store.opts.segment_version;
+    let want = ctx.store.opts.segment_version_for(&q.name);
     match segments.into_iter().find(|s| s.version() != want) {
         None => Ok(()),
         Some(s) => Err(Error::Config(format!(
@@ -319,22 +319,28 @@ fn last_record_offset(ctx: &QueueContext, s: &SegmentMetadata) -> Result<u64> {
     // The backup side holds no identity: an encrypted segment cannot be read here, and needs
     // not be (its offsets are in the checkpoint database, schema 2, which every run that
     // encrypts writes).
-    let last = crate::repository::fetch::fetch_segment(ctx.store.storage, &path, s, None).and_then(
-        |fetched| {
-            let crate::repository::fetch::FetchedSegment {
-                reader,
-                files: _files,
-            } = fetched;
-            let mut last = None;
-            for raw in reader.records() {
-                last = Some(raw?);
-            }
-            match last {
-                Some(raw) => raw.into_record(),
-                None => Err(Error::Serialization(format!("{}: no records", s.key))),
-            }
-        },
-    );
+    let last = crate::repository::fetch::fetch_segment(
+        ctx.store.storage,
+        &path,
+        s,
+        None,
+        // Used once every record read checks out.
+        crate::repository::fetch::Check::AsRead,
+    )
+    .and_then(|fetched| {
+        let crate::repository::fetch::FetchedSegment {
+            reader,
+            files: _files,
+        } = fetched;
+        let mut last = None;
+        for raw in reader.records() {
+            last = Some(raw?);
+        }
+        match last {
+            Some(raw) => raw.into_record(),
+            None => Err(Error::Serialization(format!("{}: no records", s.key))),
+        }
+    });
     Ok(last?.delivery_tag)
 }
 
@@ -439,6 +445,7 @@ mod tests {
             message_bytes: 0,
             delivery_limit: None,
             policy_known: true,
+            ..QueueInfo::default()
         };
         let o = |a, b| Some((a, b));
         // By offsets: 1..3 follow each other; 5 starts after a hole (segment 4's offsets).

@@ -3,14 +3,14 @@
 //! and the uploader threads that finish each segment and store it.
 
 use super::context::QueueContext;
-use super::incompressible::Choice;
+use super::incompressible::{no_gain, Choice, EARLY_VERDICT_BYTES};
 use crate::broker::management::QueueInfo;
 use crate::error::{Error, Result};
 use crate::metrics::BackupQueueMetrics;
 use crate::repository::encryption::{self, Recipients};
 use crate::repository::lock::RunLock;
 use crate::repository::manifest::{self, SegmentMetadata};
-use crate::repository::record::{encode_meta, encode_record, BackupRecord};
+use crate::repository::record::{check_version_1, encode_meta, encode_record, BackupRecord};
 use crate::repository::segment::{hex_lower, SegmentWriter};
 use crate::repository::spool::unique_file;
 use crate::repository::storage::{Conditional, Storage};
@@ -37,6 +37,9 @@ pub(super) struct Batches<'a> {
     m: &'a BackupQueueMetrics,
     batch: Vec<BackupRecord>,
     bytes: usize,
+    /// Called before a batch would wait for room in a full `tx` (a small queue's builder
+    /// starts then: `super::queue`).
+    spill: Option<&'a dyn Fn()>,
 }
 
 impl<'a> Batches<'a> {
@@ -46,7 +49,13 @@ impl<'a> Batches<'a> {
             m,
             batch: Vec::with_capacity(BATCH_RECORDS),
             bytes: 0,
+            spill: None,
         }
+    }
+
+    /// The same, calling `spill` before a batch would wait for room in a full channel.
+    pub(super) fn spill_with(self, spill: Option<&'a dyn Fn()>) -> Self {
+        Batches { spill, ..self }
     }
 
     /// Counts `record` and adds it; a full batch goes to the builder.
@@ -70,6 +79,9 @@ impl<'a> Batches<'a> {
         }
         self.bytes = 0;
         let full = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_RECORDS));
+        if let Some(spill) = self.spill.filter(|_| self.tx.is_full()) {
+            spill();
+        }
         self.tx
             .send(full)
             .map_err(|_| Error::Io("segment builder stopped".into()))
@@ -290,7 +302,8 @@ pub(super) fn build_segments<'a>(
     // cores shared with the broker, pool threads waking per batch cost the broker more than
     // they save (measured: backup/raw read 0.84 -> 0.91 without rayon).
     let mut json = Vec::new();
-    let v2 = ctx.store.opts.segment_version == crate::repository::segment::VERSION_2;
+    let version = ctx.store.opts.segment_version_for(&q.name);
+    let v2 = version == crate::repository::segment::VERSION_2;
     loop {
         let mut wait = match &current {
             Some(open) => max_age.saturating_sub(open.opened.elapsed()),
@@ -322,6 +335,9 @@ pub(super) fn build_segments<'a>(
         };
         // The batch's mean body size chooses the compression pool of a segment opened now.
         let mean_body = batch.iter().map(|r| r.body.len()).sum::<usize>() / batch.len().max(1);
+        // One clock read per batch (at most `BATCH_RECORDS` records, 1 MiB of body) for the
+        // segments' age, not one per record.
+        let now = Instant::now();
         for record in &batch {
             json.clear();
             // Version 2: `json` holds the metadata, the body is written as it is.
@@ -329,6 +345,7 @@ pub(super) fn build_segments<'a>(
                 encode_meta(record, &mut json);
                 json.len() + 4 + record.body.len()
             } else {
+                check_version_1(record)?;
                 encode_record(record, &mut json);
                 json.len()
             };
@@ -337,7 +354,7 @@ pub(super) fn build_segments<'a>(
                     open.writer.record_count(),
                     open.writer.uncompressed_bytes(),
                     next_len,
-                    open.opened.elapsed(),
+                    now.saturating_duration_since(open.opened),
                     max_bytes,
                     max_age,
                 )
@@ -372,11 +389,13 @@ pub(super) fn build_segments<'a>(
                         workers,
                         IN_MEMORY_SEGMENT_BYTES,
                     )?
-                    .with_version(ctx.store.opts.segment_version)?,
+                    .with_version(version)?,
                     opened: Instant::now(),
                     tags: None,
+                    judged_early: false,
                 });
             }
+            let mut early = false;
             if let Some(open) = current.as_mut() {
                 if v2 {
                     open.writer
@@ -386,6 +405,26 @@ pub(super) fn build_segments<'a>(
                 }
                 let tag = record.delivery_tag;
                 open.tags = Some(open.tags.map_or((tag, tag), |(first, _)| (first, tag)));
+                // Once per zstd segment, well before it is full: has it shrunk at all?
+                if !open.judged_early
+                    && open.writer.uncompressed_bytes() >= EARLY_VERDICT_BYTES
+                    && max_bytes >= 2 * EARLY_VERDICT_BYTES
+                {
+                    open.judged_early = true;
+                    early = open
+                        .writer
+                        .zstd_progress()
+                        .is_some_and(|(consumed, produced)| no_gain(consumed, produced));
+                }
+            }
+            if early {
+                rotate(
+                    &mut current,
+                    &mut sequence,
+                    &mut stored,
+                    &mut choice,
+                    "did not shrink",
+                )?;
             }
         }
         stored.record(false)?;
@@ -414,6 +453,8 @@ struct Open {
     opened: Instant,
     /// Delivery tags of its first and last records (a stream's offsets).
     tags: Option<(u64, u64)>,
+    /// Its compression was judged at [`EARLY_VERDICT_BYTES`] (once per segment).
+    judged_early: bool,
 }
 
 /// Whether the current segment must be finished before a record of `next_len` JSON bytes is

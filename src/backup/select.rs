@@ -3,6 +3,7 @@
 //! quorum queues whose delivery limit every give-back counts against on this broker:
 //! `super::quorum`, types it cannot read), which are skipped and named.
 
+use super::listing::{self, Listing};
 use super::quorum::{self, Decision};
 use super::SkippedQueue;
 use crate::broker::management::{ManagementClient, QueueInfo};
@@ -13,17 +14,18 @@ use crate::error::Result;
 
 /// Lists the broker's queues and applies `source.queues`. Returns the queues to back up (sorted
 /// by vhost, name) and the selected queues that are skipped, with the reason (each logged as a
-/// warning). `version`: the broker's, which decides what a quorum queue's give-back costs.
+/// warning). `version`: the broker's, which decides what a quorum queue's give-back costs;
+/// `how`: the listing to use (`super::listing`).
 pub(super) fn select_queues(
     mgmt: &ManagementClient,
     source: &SourceConfig,
     opts: &BackupOptions,
     version: Option<BrokerVersion>,
+    how: Listing,
 ) -> Result<(Vec<QueueInfo>, Vec<SkippedQueue>)> {
     let mut chosen = Vec::new();
     let mut skipped = Vec::new();
-    let vhosts = source.queues.as_ref().map_or(&[][..], |s| &s.vhosts[..]);
-    for q in mgmt.list_queues_in(vhosts)? {
+    for q in listing::list(mgmt, source, version, how)? {
         let reason = match q.queue_type {
             Some(kind)
                 if !selection::selected(

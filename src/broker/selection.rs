@@ -18,7 +18,7 @@ use crate::broker::QueueType;
 use crate::config::QueueSelection;
 
 /// True when `pattern` (glob: `*`, `?`) matches the whole of `name`, case-sensitively.
-fn glob_matches(pattern: &str, name: &str) -> bool {
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
     WildMatch::new(pattern).matches(name)
 }
 

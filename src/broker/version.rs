@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Type of a queue, lowercase in YAML and JSON (`classic`, `quorum`, `stream`), as in the
-/// manifest's `queue_type` and `source.queues.types` (SPEC.md).
+/// manifest's `queue_type` and `source.queues.types`.
 #[derive(
     Debug,
     Clone,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::checks::{check_positive, config_err};
 use crate::error::Result;
 
-/// `backup.compression` (SPEC.md): `zstd` (default), `lz4` or `none`. The segment module has
+/// `backup.compression`: `zstd` (default), `lz4` or `none`. The segment module has
 /// its own `Compression`; the caller maps this onto it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -29,7 +29,7 @@ impl CompressionKind {
     }
 }
 
-/// `backup.requeue_strategy` (SPEC.md "Requeue strategies"): how messages read without
+/// `backup.requeue_strategy` (the book's "How a backup reads a queue"): how messages read without
 /// acknowledgement are handed back to the broker. Default `cancel`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -45,7 +45,7 @@ pub enum RequeueStrategy {
     Get,
 }
 
-/// `backup` options (SPEC.md "backup"); every field optional with the default shown.
+/// `backup` options; every field optional with the default shown.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct BackupOptions {
@@ -60,29 +60,32 @@ pub struct BackupOptions {
     pub compression: CompressionKind,
     /// zstd level 1..=22, default 3; ignored for lz4 and none.
     pub compression_level: i32,
-    /// RBAK segment format version written (docs/segment-format.md): 1 (default, SPEC.md's
+    /// RBAK segment format version written (docs/segment-format.md): 1 (default, the common
     /// format, a record's body as a JSON array of numbers, which other tools read) or 2 (a
     /// record's metadata as JSON, then its body as raw bytes; read by rmq-backup only). Every
     /// reader of rmq-backup reads both.
     #[schemars(range(min = 1, max = 2))]
     pub segment_version: u8,
-    /// AMQP QoS prefetch count (SPEC.md default 100; 0 = unlimited). `None` when the file does
-    /// not set it. Not used by a one-shot backup of classic and quorum queues, which must hold
-    /// a queue's whole depth unacknowledged: each consumer's prefetch is sized to what it must
-    /// hold (see `reader`), and the backup warns when the field is set.
+    /// AMQP QoS prefetch count (0 = unlimited); unset by default. Not used by a one-shot
+    /// backup of classic and quorum queues, which must hold a queue's whole depth
+    /// unacknowledged: each consumer's prefetch is sized to what it must hold (see the book's
+    /// "How a backup reads a queue"), and the backup warns when the field is set.
     pub prefetch_count: Option<u16>,
     /// Default cancel. Quorum queues on RabbitMQ 4.3+ are always given back with
     /// `basic.nack(requeue)`, which does not count as a failed delivery (`backup/quorum.rs`).
     pub requeue_strategy: RequeueStrategy,
     /// Read quorum queues with a finite delivery limit on a broker that counts every return
     /// against it (3.x, 4.0-4.2); default false: such queues are left alone (exit 4). When
-    /// true, a read stops at the first message whose return would leave it at the limit, and
-    /// the queue is reported as skipped; every message a read holds still costs one count.
+    /// true, each read costs each message one count: a queue is read while one more read
+    /// leaves every message at most at limit - 1, judged before anything is taken from a
+    /// record of earlier reads kept in the repository (rmq-backup-state/), then left alone
+    /// (exit 4) until it has been seen empty or its limit is raised. See the book's "How a
+    /// backup reads a queue".
     pub read_queues_with_delivery_limit: bool,
     /// Queues backed up in parallel (one AMQP connection each); default 4; >= 1.
     pub max_concurrent_queues: usize,
-    /// SPEC.md's "seconds between checkpoint writes" (default 5, >= 1 when set): accepted and
-    /// has no effect. A backup records its progress at every stored segment: a queue's
+    /// Deprecated: "seconds between checkpoint writes" of other tools (>= 1 when set),
+    /// accepted and without effect; remove it from the file. A backup records its progress at every stored segment: a queue's
     /// completion, and each segment of a stream in a continuous backup (closed by
     /// `segment_max_bytes` or `segment_max_interval_ms`, which bound what a killed run reads
     /// again). The backup warns when it is set.
@@ -98,14 +101,15 @@ pub struct BackupOptions {
     pub connection_retry_backoff_ms: u64,
     /// Export definitions; default true.
     pub include_definitions: bool,
-    /// One-shot backup of the depth present at start; default true (false = continuous, not
-    /// supported yet).
+    /// One-shot backup of the depth present at start; default true. False is a continuous
+    /// backup: streams are followed live (needs `stream_enabled: true`), queues are still read
+    /// once, to their depth at the start (the book's "Streams").
     pub stop_at_current_depth: bool,
     /// Read streams with the stream protocol (`source.stream_port`); default false, when
     /// streams are skipped with a warning.
     pub stream_enabled: bool,
-    /// This run writes one part of a backup shared by `count` workers (`crate::repository::shard`);
-    /// default none (one run writes the whole backup).
+    /// This run writes one part of a backup shared by `count` workers (the book's "Clusters
+    /// and sharded backups"); unset by default: one run writes the whole backup.
     pub shard: Option<ShardConfig>,
     /// Consumer references (the stream protocol's offset tracking names, at most 256 bytes)
     /// whose stored offset is backed up for every stream read over the stream protocol, so
@@ -113,12 +117,20 @@ pub struct BackupOptions {
     /// (`restore.stream_offsets`); default empty. RabbitMQ 3.10 cannot list references: they
     /// are named here.
     pub stream_offset_references: Vec<String>,
-    /// Encrypt segments and definitions with age to these recipients (README "Encryption at
-    /// rest"); default none (stored as SPEC.md says).
+    /// Encrypt segments and definitions with age to these recipients (the book's "Encryption
+    /// at rest"); unset by default: stored unencrypted.
     pub encryption: Option<super::encryption::BackupEncryption>,
+    /// Queues read over AMQP 1.0 on RabbitMQ 4.0 and later (issue 39; the book's "Queues read
+    /// over AMQP 1.0"): glob patterns matched against a queue's whole name, as
+    /// `source.queues.include` (`*` any run of characters, `?` one); default empty, every queue
+    /// read over AMQP 0-9-1. A matched queue's records keep each AMQP 1.0 message as its
+    /// publisher sent it and are written in segment format version 2 whatever
+    /// `segment_version` says; on a node older than 4.0 it is read over 0-9-1, with a warning.
+    pub amqp10_queues: Vec<String>,
 }
 
-/// `backup.shard`: which part of a sharded backup this run writes (`crate::repository::shard`).
+/// `backup.shard`: which part of a sharded backup this run writes (the book's "Clusters and
+/// sharded backups").
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShardConfig {
@@ -152,6 +164,26 @@ impl Default for BackupOptions {
             shard: None,
             stream_offset_references: Vec::new(),
             encryption: None,
+            amqp10_queues: Vec::new(),
+        }
+    }
+}
+
+impl BackupOptions {
+    /// True when the queue `name` matches a pattern of `backup.amqp10_queues`.
+    pub fn reads_amqp10(&self, name: &str) -> bool {
+        self.amqp10_queues
+            .iter()
+            .any(|p| crate::broker::selection::glob_matches(p, name))
+    }
+
+    /// The segment format version a queue's segments are written in: 2 for a queue of
+    /// `backup.amqp10_queues` (version 1 cannot hold its records), else `segment_version`.
+    pub fn segment_version_for(&self, name: &str) -> u8 {
+        if self.reads_amqp10(name) {
+            crate::repository::segment::VERSION_2
+        } else {
+            self.segment_version
         }
     }
 }
@@ -189,6 +221,11 @@ pub(super) fn validate_backup_options(b: &BackupOptions) -> Result<()> {
                 "backup.stream_offset_references: {r:?} is not a consumer reference (1 to 256 bytes)"
             )));
         }
+    }
+    if let Some(p) = b.amqp10_queues.iter().find(|p| p.is_empty()) {
+        return Err(config_err(format!(
+            "backup.amqp10_queues: {p:?} is not a queue name pattern (empty)"
+        )));
     }
     if let Some(shard) = &b.shard {
         if shard.count == 0 {

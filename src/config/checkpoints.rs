@@ -15,7 +15,8 @@ pub enum OffsetBackend {
     Memory,
 }
 
-/// `offset_storage` (SPEC.md): checkpoint storage for resumable backups (not supported yet).
+/// `offset_storage`: the checkpoint database of resumable runs (the book's "Resuming a killed
+/// run").
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct OffsetStorageConfig {

@@ -41,9 +41,16 @@ pub(super) fn interpolate(value: &str, field: &str) -> Result<String> {
             match std::env::var(name) {
                 Ok(v) => out.push_str(&v),
                 Err(std::env::VarError::NotPresent) => {
+                    if let Some(placeholder) =
+                        super::lenient::note(super::lenient::Missing::Variable(name.into()), field)
+                    {
+                        out.push_str(placeholder);
+                        rest = &after[end + 1..];
+                        continue;
+                    }
                     return Err(config_err(format!(
                         "Environment variable {name} referenced in {field} is not set"
-                    )))
+                    )));
                 }
                 Err(std::env::VarError::NotUnicode(_)) => {
                     return Err(config_err(format!(

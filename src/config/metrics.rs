@@ -7,8 +7,8 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// `metrics` (SPEC.md, plus `textfile` and `pushgateway_*`): the metrics HTTP server
-/// (`crate::metrics::server`) and the export at the end of a run (`crate::metrics::export`).
+/// `metrics`: the metrics HTTP server and the export at the end of a run (`textfile`,
+/// `pushgateway_*`; the book's "Metrics and alerts").
 #[derive(Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {

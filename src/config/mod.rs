@@ -22,6 +22,7 @@ mod checkpoints;
 mod checks;
 mod encryption;
 mod interpolate;
+pub mod lenient;
 mod metrics;
 pub mod object_lock;
 mod restore;
@@ -81,7 +82,7 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// The job to run: top-level field `mode`, `backup` or `restore` (SPEC.md).
+/// The job to run: top-level field `mode`, `backup` or `restore`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -105,7 +106,7 @@ impl fmt::Display for Mode {
     }
 }
 
-/// The whole configuration file (SPEC.md "Configuration: top level").
+/// The whole configuration file (the book's "Configuration reference").
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -178,7 +179,7 @@ impl Config {
     }
 
     /// The source section, or `Error::Config("Source configuration required for backup")`
-    /// (SPEC.md "Errors", Missing section).
+    /// (a missing section).
     pub fn require_source(&self) -> Result<&SourceConfig> {
         self.source
             .as_ref()

@@ -59,7 +59,7 @@ impl std::str::FromStr for RetainFor {
         let mut total: u64 = 0;
         let mut seen = String::new();
         let mut num = String::new();
-        for c in s.trim().chars() {
+        for c in s.trim_matches(|c: char| c.is_ascii_whitespace()).chars() {
             if c.is_ascii_digit() {
                 num.push(c);
                 continue;
@@ -114,9 +114,9 @@ impl schemars::JsonSchema for RetainFor {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::Schema::try_from(serde_json::json!({
-            "description": "A period: numbers with units y (365 days), w, d, h, s, each unit at most once: `30d`, `1y`, `36h`.",
+            "description": "A period above 0: numbers with units y (365 days), w, d, h, s, each unit at most once: `30d`, `1y`, `36h`; at most 100 years (a longer one is refused when the file is loaded).",
             "type": "string",
-            "pattern": "^([0-9]+[ywdhs])+$"
+            "pattern": super::schema::units_pattern("ywdhs", true)
         }))
         .unwrap_or_default()
     }

@@ -13,7 +13,7 @@ use crate::error::Result;
 /// Longest AMQP 0-9-1 queue or exchange name, in bytes (names are `shortstr`).
 const MAX_AMQP_NAME_BYTES: usize = 255;
 
-/// `restore.publish_mode` (SPEC.md "Publish modes"): `exchange` (default) or `direct-to-queue`.
+/// `restore.publish_mode`: `exchange` (default) or `direct-to-queue`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PublishMode {
@@ -24,7 +24,7 @@ pub enum PublishMode {
     DirectToQueue,
 }
 
-/// `restore.definitions_selection` (SPEC.md): partial definitions import. All lists empty =
+/// `restore.definitions_selection`: partial definitions import. All lists empty =
 /// import everything.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -54,7 +54,7 @@ pub enum ConvertMirroredQueues {
     Quorum,
 }
 
-/// `restore` options (SPEC.md "restore"); every field optional with the default shown.
+/// `restore` options; every field optional with the default shown.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RestoreOptions {
@@ -90,10 +90,13 @@ pub struct RestoreOptions {
     /// Create missing target queues (direct-to-queue); default false; needs target management
     /// access.
     pub create_missing_queues: bool,
-    /// Restore checkpoint database path: a rerun skips what was confirmed (README "Resuming a
-    /// killed run").
+    /// Restore checkpoint database path: a rerun skips what was confirmed (the book's "Resuming
+    /// a killed run").
     pub checkpoint_state: Option<PathBuf>,
-    /// Seconds between restore checkpoint writes; default 60; >= 1.
+    /// Accepted (default 60, >= 1) and has no effect: a restore records each queue's
+    /// confirmed prefix whenever it moves (at every wait for confirms and after every batch of
+    /// records), so a rerun publishes again at most the window in flight. A restore warns
+    /// when it is set to anything but 60.
     pub checkpoint_interval_secs: u64,
     /// How long publishing waits while the target blocks its connections (a memory or disk
     /// alarm, `connection.blocked`) before the restore fails; default 300; >= 1.

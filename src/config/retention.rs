@@ -11,21 +11,24 @@ use serde::{Deserialize, Serialize};
 /// The configuration's `retention:` section: the same rules as `forget`, applied after each
 /// successful backup (docs/retention.md "Retention (forget)"). Counts are whole numbers or `unlimited`;
 /// `keep_within` and `prune_grace` are restic durations (`30d`, `1y6m`, `36h`), at most
-/// 10,000 years (`crate::retention::policy::MAX_WITHIN_MS`): a longer one fails the
+/// 10,000 years: a longer one fails the
 /// configuration's loading with `Configuration error: ...` (exit 2), as on the command line.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
-    /// Keep the N newest completed backups (`unlimited`: all).
+    /// Keep the N newest completed backups: a whole number, or `unlimited` (also `-1`): all.
     #[schemars(schema_with = "super::schema::count")]
     pub keep_last: Option<Count>,
-    /// Keep the newest backup of each of the N last days (UTC) that have one.
+    /// Keep the newest backup of each of the N last days (UTC) that have one: a whole number,
+    /// or `unlimited` (also `-1`).
     #[schemars(schema_with = "super::schema::count")]
     pub keep_daily: Option<Count>,
-    /// Keep the newest backup of each of the N last ISO weeks that have one.
+    /// Keep the newest backup of each of the N last ISO weeks that have one: a whole number,
+    /// or `unlimited` (also `-1`).
     #[schemars(schema_with = "super::schema::count")]
     pub keep_weekly: Option<Count>,
-    /// Keep the newest backup of each of the N last months that have one.
+    /// Keep the newest backup of each of the N last months that have one: a whole number, or
+    /// `unlimited` (also `-1`).
     #[schemars(schema_with = "super::schema::count")]
     pub keep_monthly: Option<Count>,
     /// Keep every backup newer than this duration before the newest (`30d`, `1y6m`, `36h`).
@@ -39,6 +42,7 @@ pub struct RetentionConfig {
     /// Orphans younger than this are left alone; default 24h.
     #[serde(deserialize_with = "Within::deserialize_unchecked")]
     #[schemars(schema_with = "super::schema::duration")]
+    #[schemars(extend("default" = "24h"))]
     pub prune_grace: Option<Within>,
 }
 

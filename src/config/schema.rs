@@ -31,25 +31,77 @@ fn schema(v: Value) -> Schema {
     Schema::try_from(v).unwrap_or_default()
 }
 
-/// A retention count: a whole number or `unlimited` (`crate::retention::policy::Count`).
+/// A retention count (`crate::retention::policy::Count`): a whole number up to `u32::MAX`,
+/// `-1` or `unlimited`, or a string of one (ASCII whitespace around it, a `+` and leading
+/// zeros allowed, as Rust reads a `u32`): the language of its parser (issue 38, item 6:
+/// `tests/config_schema_edges.rs`).
 pub(super) fn count(_: &mut SchemaGenerator) -> Schema {
+    let ws = "[\\t\\n\\f\\r ]*";
+    let number = up_to(u64::from(u32::MAX));
     schema(json!({
-        "description": "A whole number of backups or buckets, or `unlimited`.",
+        "description": "A whole number of backups or buckets, or `unlimited` (also `-1`).",
         "anyOf": [
-            {"type": "integer", "minimum": 0},
-            {"const": "unlimited"},
+            {"type": "integer", "minimum": -1, "maximum": u32::MAX},
+            {"type": "string", "pattern": format!("^{ws}(unlimited|-1|\\+?0*({number})){ws}$")},
             {"type": "null"}
         ]
     }))
+}
+
+/// A regular expression of the decimal numbers from 0 to `max` without leading zeros: the
+/// shorter numbers, then for each digit of `max` its prefix, a smaller digit and any digits.
+fn up_to(max: u64) -> String {
+    let d: Vec<u8> = max.to_string().bytes().map(|b| b - b'0').collect();
+    let mut alts = Vec::new();
+    if d.len() > 1 {
+        alts.push(format!("[0-9]{{1,{}}}", d.len() - 1));
+    }
+    for i in 0..d.len() {
+        if d[i] > 0 {
+            let prefix: String = d[..i].iter().map(|x| x.to_string()).collect();
+            let rest = d.len() - i - 1;
+            let tail = if rest > 0 {
+                format!("[0-9]{{{rest}}}")
+            } else {
+                String::new()
+            };
+            alts.push(format!("{prefix}[0-{}]{tail}", d[i] - 1));
+        }
+    }
+    alts.push(max.to_string());
+    alts.join("|")
+}
+
+/// The pattern of numbers each followed by one of `units` (ASCII letters), each unit at most
+/// once, in any order, with ASCII whitespace (space, tab, line feed, form feed, carriage
+/// return: what the parsers trim) around them, and with `nonzero` at least one digit that is
+/// not 0. The language of `crate::retention::policy::Within::parse_unchecked` (units `ymdh`)
+/// and of `super::object_lock::RetainFor`'s parser (units `ywdhs`, `nonzero`) but for their
+/// numbers' size, which no pattern states (issue 38, item 6: `0d` and `1d1d` were accepted
+/// here and refused by the parser, ` 30d` the other way round; `tests/config_schema_edges.rs`
+/// compares the two on generated values). An ECMA-262 regular expression: the lookaheads
+/// come after the leading whitespace, where `.` would stop at a line feed.
+pub fn units_pattern(units: &str, nonzero: bool) -> String {
+    let core = format!("[0-9{units}]*");
+    let once: String = units
+        .chars()
+        .map(|u| format!("(?!{core}{u}{core}{u})"))
+        .collect();
+    let nonzero = if nonzero {
+        format!("(?={core}[1-9])")
+    } else {
+        String::new()
+    };
+    format!("^[\\t\\n\\f\\r ]*{once}{nonzero}([0-9]+[{units}])+[\\t\\n\\f\\r ]*$")
 }
 
 /// A restic duration (`crate::retention::policy::Within`): years, months, days and hours, each
 /// at most once (`1y5m7d2h`, `30d`, `36h`), at most 10,000 years.
 pub(super) fn duration(_: &mut SchemaGenerator) -> Schema {
     schema(json!({
-        "description": "A duration in years, months, days and hours, each unit at most once, in any order: `30d`, `1y6m`, `36h`; at most 10,000 years.",
+        "description": "A duration in years, months, days and hours, each unit at most once, in any order: `30d`, `1y6m`, `36h`; at most 10,000 years (a longer one is refused when the file is loaded).",
         "anyOf": [
-            {"type": "string", "pattern": "^([0-9]+[ymdh])+$"},
+            {"type": "string", "pattern": units_pattern("ymdh", false)},
             {"type": "null"}
         ]
     }))

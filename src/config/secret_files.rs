@@ -19,6 +19,13 @@ use crate::error::Result;
 /// Errors: `Configuration error: Cannot read {field} {path}: {why}`; `... is empty`; `... is
 /// not valid UTF-8`.
 pub(super) fn read_secret_file(path: &Path, field: &str) -> Result<String> {
+    if !path.exists() {
+        if let Some(placeholder) =
+            super::lenient::note(super::lenient::Missing::File(path.into()), field)
+        {
+            return Ok(placeholder.to_string());
+        }
+    }
     let bytes = std::fs::read(path).map_err(|e| {
         config_err(format!(
             "Cannot read {field} {}: {}",

@@ -13,12 +13,12 @@ use super::{Secret, Urls};
 use crate::broker::QueueType;
 use crate::error::Result;
 
-/// `source`: the broker a backup reads from (SPEC.md "source").
+/// `source`: the broker a backup reads from.
 #[derive(Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// `amqp://user:password@host:port/vhost` (vhost `/` written `%2f`); `amqps://` for TLS.
-    /// A list names the nodes of a cluster, tried in order ([`Urls`]). Supports `${ENV_VAR}`
+    /// A list names the nodes of a cluster, tried in order. Supports `${ENV_VAR}`
     /// interpolation.
     pub amqp_url: Urls,
     /// Base URL of the management HTTP API, `http://` or `https://`; a list is tried in order.
@@ -38,18 +38,17 @@ pub struct SourceConfig {
     #[serde(default)]
     pub amqp_password_file: Option<PathBuf>,
     /// Stream protocol port; used only when `backup.stream_enabled` is true. Unset: 5552, or
-    /// 5551 (RabbitMQ's TLS stream port) when the source uses TLS; see
-    /// [`SourceConfig::stream_port_for`].
+    /// 5551 (RabbitMQ's TLS stream port) when the source uses TLS.
     #[serde(default)]
     pub stream_port: Option<u16>,
-    /// TLS for the AMQP, stream and https management connections (`crate::broker::tls`).
+    /// TLS for the AMQP, stream and https management connections; unset: TLS only where a
+    /// URL says so (`amqps://`, `https://`).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
-    /// Queue selection; `None` selects every queue (see `crate::broker::selection`).
+    /// Queue selection; unset selects every queue.
     #[serde(default)]
     pub queues: Option<QueueSelection>,
-    /// Read each queue through a connection to the node that hosts it (`crate::broker::nodes`);
-    /// default true. No effect on a single node.
+    /// Read each queue through a connection to the node that hosts it; default true. No effect on a single node.
     #[serde(default = "default_true")]
     pub node_local_reads: bool,
     /// Node name (`rabbit@host`) → `host:port` of its AMQP listener as this tool reaches it,
@@ -92,8 +91,9 @@ impl fmt::Debug for SourceConfig {
     }
 }
 
-/// `source.tls` / `target.tls` (SPEC.md `source.tls`): TLS for the AMQP, stream and https
-/// management connections of a broker. The files are read by `crate::broker::tls::TlsClient::load`.
+/// `source.tls` / `target.tls`: TLS for the AMQP, stream and https management connections of a
+/// broker (the book's "Configuration", TLS and mutual TLS). The files are read when a run
+/// starts, and by `config check`.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {
@@ -110,8 +110,7 @@ pub struct TlsConfig {
     pub client_key: Option<PathBuf>,
 }
 
-/// `source.queues` (SPEC.md): which queues a backup reads. The matching logic is in
-/// `crate::broker::selection`. Every field defaults to "no restriction".
+/// `source.queues`: which queues a backup reads. Every field defaults to "no restriction".
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct QueueSelection {

@@ -11,7 +11,7 @@ use super::object_lock::ObjectLockConfig;
 use super::Secret;
 use crate::error::Result;
 
-/// `storage`: the backend, chosen by the field `backend` (SPEC.md "storage").
+/// `storage`: the backend, chosen by the field `backend` (the book's "Storage backends").
 ///
 /// In YAML this is one mapping with a `backend` key plus that backend's fields. It is read
 /// through a flat intermediate struct so that an unknown field is reported with its path and
@@ -62,7 +62,7 @@ pub struct FilesystemStorage {
     pub path: PathBuf,
 }
 
-/// `backend: s3` fields (SPEC.md "storage").
+/// `backend: s3` fields.
 #[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
 pub struct S3Storage {
     /// Bucket name; must not be empty.
@@ -82,15 +82,17 @@ pub struct S3Storage {
     /// Key prefix prepended to every storage key.
     pub prefix: Option<String>,
     /// Path-style requests, default false.
+    #[schemars(extend("default" = false))]
     pub path_style: bool,
     /// Allow `http://` endpoints, default false.
+    #[schemars(extend("default" = false))]
     pub allow_http: bool,
-    /// Retention set on every object a backup writes (README "Protecting backups from
-    /// deletion"); none when absent.
+    /// Retention set on every object a backup writes (the book's "Protecting backups from
+    /// deletion"); unset: none.
     pub object_lock: Option<ObjectLockConfig>,
 }
 
-/// `backend: azure` fields (SPEC.md "storage").
+/// `backend: azure` fields.
 #[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
 pub struct AzureStorage {
     /// Storage account name; must not be empty.
@@ -103,7 +105,7 @@ pub struct AzureStorage {
     pub prefix: Option<String>,
     /// Custom endpoint for sovereign or government clouds.
     pub endpoint: Option<String>,
-    /// Workload identity authentication; `None` = auto-detect.
+    /// Workload identity authentication; unset: used when `AZURE_FEDERATED_TOKEN_FILE` is set.
     pub use_workload_identity: Option<bool>,
     /// Service principal client id.
     pub client_id: Option<String>,
@@ -119,12 +121,12 @@ pub struct AzureStorage {
     pub client_secret_file: Option<PathBuf>,
     /// A file holding the SAS token, instead of `sas_token`.
     pub sas_token_file: Option<PathBuf>,
-    /// Retention set on every object a backup writes (README "Protecting backups from
-    /// deletion"); none when absent.
+    /// Retention set on every object a backup writes (the book's "Protecting backups from
+    /// deletion"); unset: none.
     pub object_lock: Option<ObjectLockConfig>,
 }
 
-/// `backend: gcs` fields (SPEC.md "storage").
+/// `backend: gcs` fields.
 #[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
 pub struct GcsStorage {
     /// Bucket name; must not be empty.
@@ -133,8 +135,8 @@ pub struct GcsStorage {
     pub service_account_path: Option<PathBuf>,
     /// Key prefix.
     pub prefix: Option<String>,
-    /// Retention set on every object a backup writes (README "Protecting backups from
-    /// deletion"); none when absent.
+    /// Retention set on every object a backup writes (the book's "Protecting backups from
+    /// deletion"); unset: none.
     pub object_lock: Option<ObjectLockConfig>,
 }
 

@@ -10,12 +10,12 @@ use super::checks::{check_non_empty, config_err};
 use super::{Secret, Urls};
 use crate::error::Result;
 
-/// `target`: the broker a restore publishes to (SPEC.md "target").
+/// `target`: the broker a restore publishes to.
 #[derive(Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
-    /// AMQP URL of the target broker, or a list of the nodes of a cluster tried in order
-    /// ([`Urls`]); supports `${ENV_VAR}` interpolation.
+    /// AMQP URL of the target broker, or a list of the nodes of a cluster tried in order;
+    /// supports `${ENV_VAR}` interpolation.
     pub amqp_url: Urls,
     /// Management API base URL (or a list, tried in order); required when
     /// `restore.restore_definitions` or `restore.create_missing_queues` is true.
@@ -38,8 +38,8 @@ pub struct TargetConfig {
     #[serde(default)]
     pub tls: Option<super::TlsConfig>,
     /// Stream protocol port of the target: used only to publish stream messages a backup
-    /// stored whole as AMQP 1.0 bytes (`crate::broker::stream::amqp10::RAW_BODY_HEADER`) back into a
-    /// stream. Default 5552, or 5551 when the target uses TLS ([`TargetConfig::stream_port_for`]).
+    /// stored whole as AMQP 1.0 bytes (header `x-rmq-backup-body`) back into a stream. Unset:
+    /// 5552, or 5551 when the target uses TLS.
     #[serde(default)]
     pub stream_port: Option<u16>,
 }

@@ -216,6 +216,7 @@ fn full_example_parses_every_field() {
             shard: None,
             stream_offset_references: vec!["app-1".into(), "billing".into()],
             encryption: None,
+            amqp10_queues: Vec::new(),
         }
     );
     let r = &c.restore;

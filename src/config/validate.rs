@@ -92,6 +92,11 @@ impl Config {
         if id == "." || id == ".." {
             return Err(config_err(format!("backup_id must not be {id:?}")));
         }
+        if id == crate::repository::delivery_counts::STATE_PREFIX {
+            return Err(config_err(format!(
+                "backup_id must not be {id:?}: the repository keeps its own state under that name"
+            )));
+        }
         if id.chars().any(char::is_control) {
             return Err(config_err(format!(
                 "backup_id {id:?} must not contain control characters"

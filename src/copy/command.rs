@@ -3,7 +3,7 @@
 use super::{copy, CopyOptions, Progress};
 use crate::error::{Error, Result};
 use crate::inspect::Format;
-use crate::repository::encryption::{Identities, Recipients};
+use crate::repository::encryption::Recipients;
 use argh::FromArgs;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -13,11 +13,13 @@ use std::time::Duration;
 
 /// Copy completed backups to another storage (restic's `copy`: a second site or account).
 /// Every segment is verified on the way (SHA-256 against the manifest; CRC32 of a plain
-/// segment, or of an encrypted one with --identity-file); the target's manifest is written
-/// first as interrupted and last as completed, so an interrupted copy reads as interrupted
-/// there and a rerun copies only what is missing or does not check out. With --recipient the
-/// copy is encrypted to those recipients (an encrypted source re-encrypted, decrypted with
-/// --identity-file); its manifest records them and the new checksums.
+/// segment, or of an encrypted one with --identity-file), and the definitions export against
+/// its SHA-256; each object is written once at the target (a bucket that keeps its objects
+/// works), the progress under the backup's state/ and the manifest last, so a copy that has not
+/// completed is not listed there and a rerun copies only what is missing or is not what it
+/// stores. With --recipient the copy is encrypted to those recipients (an encrypted source
+/// re-encrypted, decrypted with --identity-file); its manifest records them and the new
+/// checksums.
 #[derive(FromArgs, Debug)]
 #[argh(
     subcommand,
@@ -26,12 +28,19 @@ use std::time::Duration;
     note = "Storage URLs as `list --help` describes them; both take credentials from the environment. Exit codes: 0 every backup copied (or already there); 1 a copy failed (each named in the summary) or the source cannot be read; 2 bad usage."
 )]
 pub struct CopyCmd {
-    /// source storage URL (see `list --help`)
+    /// source storage URL (see `list --help`); or --from-config
     #[argh(option)]
-    from: String,
-    /// target storage URL
+    from: Option<String>,
+    /// a backup or restore configuration file whose storage section (credentials, prefix) is
+    /// the source, instead of --from; its restore.encryption.identity_file decrypts
     #[argh(option)]
-    to: String,
+    from_config: Option<PathBuf>,
+    /// target storage URL; or --to-config
+    #[argh(option)]
+    to: Option<String>,
+    /// a configuration file whose storage section is the target, instead of --to
+    #[argh(option)]
+    to_config: Option<PathBuf>,
     /// a backup to copy (repeatable); default: every completed backup of the source
     #[argh(option)]
     backup_id: Vec<String>,
@@ -39,7 +48,8 @@ pub struct CopyCmd {
     /// encrypted, an encrypted one re-encrypted (needs --identity-file)
     #[argh(option)]
     recipient: Vec<String>,
-    /// age identity file that decrypts an encrypted source (default: RMQ_BACKUP_AGE_IDENTITY)
+    /// age identity file that decrypts an encrypted source (default: the --from-config file's
+    /// restore.encryption.identity_file, else RMQ_BACKUP_AGE_IDENTITY)
     #[argh(option)]
     identity_file: Option<PathBuf>,
     /// output format of the summary: table (default) or json
@@ -61,14 +71,22 @@ impl CopyCmd {
                 "--recipient",
             )?)
         };
-        let identities = Identities::load(self.identity_file.as_deref(), "--identity-file")?;
-        let open = |url: &str| {
-            crate::repository::storage::open_url(&crate::repository::storage::parse_storage_url(
-                url,
-            )?)
-        };
-        let from = open(&self.from)?;
-        let to = open(&self.to)?;
+        use crate::repository::storage::args;
+        let source = args::open(
+            self.from.as_deref(),
+            self.from_config.as_deref(),
+            "--from",
+            "--from-config",
+        )?;
+        let identities = source.identities(self.identity_file.as_deref())?;
+        let from = source.storage;
+        let to = args::open(
+            self.to.as_deref(),
+            self.to_config.as_deref(),
+            "--to",
+            "--to-config",
+        )?
+        .storage;
         if from.location() == to.location() {
             return Err(Error::Config(format!(
                 "--from and --to are the same storage ({}): a copy needs another one",
@@ -86,7 +104,7 @@ impl CopyCmd {
         let report = copy(from.as_ref(), to.as_ref(), &opts, &progress);
         drop(bar);
         let report = report?;
-        print!("{}", report.render(self.format)?);
+        crate::run::write_stdout(format_args!("{}", report.render(self.format)?));
         if let Some(why) = crate::run::signals::stop_reason("copy") {
             return Err(Error::Io(why));
         }

@@ -5,40 +5,56 @@
 //!
 //! 1. The source manifest is read (a sharded backup's parts merged when `manifest.json` is
 //!    not written yet); a backup that is not completed is not copied.
-//! 2. At the target, a manifest with `completed_at: null` is written first (the backup reads
-//!    as `interrupted` there until the copy ends), then rewritten after every batch of
-//!    [`BATCH`] segments with the segments stored so far.
-//! 3. Each segment is fetched to the spool and checked against the source manifest (SHA-256
+//! 2. Each segment is fetched to the spool and checked against the source manifest (SHA-256
 //!    of the stored bytes; for a plain RBAK file, or an encrypted one with an identity, its
 //!    CRC32 too), then stored at the target: the same bytes, or with `--recipient` the
 //!    plaintext (decrypted with `--identity-file` when the source is encrypted) encrypted to
 //!    the new recipients, which the copy's manifest records with the new sizes and checksums.
-//! 4. The definitions export, then `manifest.json` with `completed_at` set, last.
+//!    After every batch of [`BATCH`] segments the progress is written under
+//!    `{backup_id}/state/` ([`state`]), never into `manifest.json`.
+//! 3. The definitions export (checked against its SHA-256 when the manifest records one),
+//!    then `manifest.json`, written once, last (create-only).
 //!
-//! A rerun after an interruption skips each segment that is already at the target and checks
-//! out: its size and SHA-256 (fetched and hashed) match what the source manifest says (a
-//! same-bytes copy) or what the target's interrupted manifest recorded (a re-encrypted one);
-//! anything else is copied again. A completed backup at the target is left alone.
+//! Each object outside `state/` is written once (issue 38, item 4: a target that keeps its
+//! objects, with object lock or a retention policy, refuses a second write): created only
+//! where no object is, and an encrypted one recorded in `state/` before its upload, so a
+//! rerun recognises it by size and SHA-256 instead of encrypting it again.
+//!
+//! A rerun after an interruption leaves each object that is already at the target and is
+//! what this run stores: the source's bytes (size and SHA-256 of the source manifest), or,
+//! with `--recipient`, an object an earlier run recorded as encrypted to exactly these
+//! recipients. Anything else is copied again and replaces what is there; an object stored
+//! otherwise by an earlier run (other recipients: a key rotated between the runs) is replaced
+//! first, so that on a target that refuses the replacement the copy stops before writing
+//! anything, with an error that says how to finish it (issue 38, item 2). A completed backup
+//! at the target is left alone.
 //!
 //! What is copied is the backup as a reader sees it: a sharded backup becomes one merged
 //! `manifest.json` (`parts` kept); its part manifests and run locks are not copied.
 
 pub mod command;
 mod report;
+mod segment;
+pub mod state;
 
 pub use report::{BackupCopy, CopyReport};
 
 use crate::error::{Error, Result};
 use crate::repository::encryption::{self, Identities, Recipients};
-use crate::repository::manifest::{self, Manifest, QueueBackup, SegmentMetadata};
-use crate::repository::segment::{sha256_file, SegmentReader};
+use crate::repository::manifest::{
+    self, DefinitionsBackup, Manifest, QueueBackup, SegmentMetadata,
+};
 use crate::repository::spool::SpoolDir;
-use crate::repository::storage::Storage;
+use crate::repository::storage::{Conditional, Storage};
+use segment::{stores, suffixed, target_key, Earlier, Outcome};
+use state::{Journal, Known, StoredDefinitions};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
-/// Segments copied side by side between two writes of the target's interrupted manifest.
+/// Segments copied side by side between two writes of the copy's progress
+/// ([`state::progress_key`]).
 pub const BATCH: usize = 16;
 
 /// What `copy` copies and how.
@@ -148,25 +164,6 @@ fn is_encrypted(m: &Manifest) -> bool {
             .any(|s| s.encryption.is_some())
 }
 
-/// The target's manifest of `id`, if it has one (completed or an interrupted copy).
-fn target_manifest(to: &dyn Storage, id: &str) -> Result<Option<Manifest>> {
-    match to.get_bytes(&manifest::manifest_key(id)) {
-        Ok(b) => Ok(Some(Manifest::from_json(&b)?)),
-        Err(Error::Storage(e)) if e.starts_with("Key not found") => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// The key a source object gets at the target: `.age` added when a plain object is
-/// encrypted by the copy.
-fn target_key(key: &str, source_encrypted: bool, encrypting: bool) -> String {
-    if encrypting && !source_encrypted {
-        format!("{key}{}", encryption::EXTENSION)
-    } else {
-        key.to_string()
-    }
-}
-
 fn copy_backup(
     from: &dyn Storage,
     to: &dyn Storage,
@@ -177,7 +174,7 @@ fn copy_backup(
     row: &mut BackupCopy,
 ) -> Result<()> {
     let id = &m.backup_id;
-    let earlier = target_manifest(to, id)?;
+    let earlier = state::target_manifest(to, id)?;
     if let Some(t) = &earlier {
         if t.completed_at.is_some() {
             row.status = "already copied";
@@ -195,14 +192,12 @@ fn copy_backup(
                 .fetch_add(m.total_segments, Ordering::Relaxed);
             return Ok(());
         }
+    }
+    let known = Known::read(to, id, earlier.as_ref())?;
+    if known.resumed {
         row.status = "resumed";
     }
-    // What an interrupted copy recorded at the target, by key.
-    let recorded: HashMap<String, SegmentMetadata> = earlier
-        .iter()
-        .flat_map(|t| t.queues.iter().flat_map(|q| q.segments.iter().cloned()))
-        .map(|s| (s.key.clone(), s))
-        .collect();
+    let journal = Journal::new(to, id, &known);
     let mut out = m.clone();
     out.completed_at = None;
     out.shard = None;
@@ -210,18 +205,18 @@ fn copy_backup(
         out.encryption = Some(r.info());
     }
     row.encryption = out.encryption.as_ref().map(|e| e.recipients.clone());
-    let mut copied: Vec<QueueBackup> = Vec::new();
-    let write_interim = |queues: &[QueueBackup]| -> Result<()> {
-        let mut interim = out.clone();
-        interim.queues = queues.to_vec();
-        interim.definitions = None;
-        interim.recompute_totals();
-        to.put_bytes(
-            &manifest::manifest_key(id),
-            interim.to_json_pretty()?.as_bytes(),
-        )
+    let run = Run {
+        from,
+        to,
+        opts,
+        spool,
+        progress,
+        known: &known,
+        journal: &journal,
+        early: Mutex::new(HashMap::new()),
     };
-    write_interim(&copied)?;
+    run.replace_first(m)?;
+    let mut copied: Vec<QueueBackup> = Vec::new();
     for q in &m.queues {
         let mut entry = q.clone();
         entry.segments.clear();
@@ -229,7 +224,8 @@ fn copy_backup(
             if let Some(why) = crate::run::signals::stop_reason("copy") {
                 return Err(Error::Io(why));
             }
-            let done = copy_segments(from, to, batch, &recorded, opts, spool, progress)?;
+            let done = run.copy_segments(batch)?;
+            let metas: Vec<SegmentMetadata> = done.iter().map(|(meta, _)| meta.clone()).collect();
             for (meta, how) in done {
                 match how {
                     Outcome::Copied(bytes) => {
@@ -241,25 +237,32 @@ fn copy_backup(
                 entry.segments.push(meta);
             }
             row.segments += batch.len() as u64;
-            // The queue so far: its count is what its copied segments hold.
-            let mut partial = entry.clone();
-            partial.message_count = partial.segments.iter().map(|s| s.record_count).sum();
-            let mut queues = copied.clone();
-            queues.push(partial);
-            write_interim(&queues)?;
+            journal.stored(&metas)?;
         }
         copied.push(entry);
     }
     if let Some(d) = &m.definitions {
-        out.definitions = Some(copy_definitions(from, to, d, opts)?);
+        out.definitions = Some(run.copy_definitions(d)?);
+    }
+    if row.segments_in_place > 0 {
+        // What an earlier run stored, found without its record (a same-bytes copy killed
+        // before its first progress).
+        row.status = "resumed";
     }
     out.queues = copied;
     out.completed_at = m.completed_at;
     out.recompute_totals();
-    to.put_bytes(
-        &manifest::manifest_key(id),
-        out.to_json_pretty()?.as_bytes(),
-    )?;
+    // Written once, last: the copy is a backup at the target from here on.
+    let key = manifest::manifest_key(id);
+    let json = out.to_json_pretty()?;
+    if known.interim_manifest {
+        to.put_bytes(&key, json.as_bytes())?;
+    } else if to.put_bytes_new(&key, json.as_bytes())? == Conditional::Refused {
+        return Err(Error::Storage(format!(
+            "{key} was written at the target while this copy ran (another copy of backup {id}?): this copy does not replace it"
+        )));
+    }
+    journal.finish();
     log::info!(
         "copy: backup {id}: {} segments ({} copied, {} already there), {} copied",
         row.segments,
@@ -270,43 +273,194 @@ fn copy_backup(
     Ok(())
 }
 
-/// How a segment got to the target.
-enum Outcome {
-    /// Stored now; the bytes stored.
-    Copied(u64),
-    /// Already there and verified.
-    InPlace,
+/// One backup's copy: what its segments and definitions need.
+struct Run<'a> {
+    from: &'a dyn Storage,
+    to: &'a dyn Storage,
+    opts: &'a CopyOptions,
+    spool: &'a Path,
+    progress: &'a Progress,
+    known: &'a Known,
+    journal: &'a Journal<'a>,
+    /// Segments copied by [`Run::replace_first`], by source key.
+    early: Mutex<HashMap<String, (SegmentMetadata, Outcome)>>,
 }
 
-/// Copies `batch` side by side on rayon's pool; the results are in the batch's order. The
-/// first error ends the batch (and the backup's copy).
-fn copy_segments(
-    from: &dyn Storage,
-    to: &dyn Storage,
-    batch: &[SegmentMetadata],
-    recorded: &HashMap<String, SegmentMetadata>,
-    opts: &CopyOptions,
-    spool: &Path,
-    progress: &Progress,
-) -> Result<Vec<(SegmentMetadata, Outcome)>> {
-    use rayon::prelude::*;
-    batch
-        .par_iter()
-        .map(|s| {
-            let worker = rayon::current_thread_index().unwrap_or(0);
-            let path = spool.join(format!("copy-{worker}.seg"));
-            let r =
-                copy_segment(from, to, s, recorded, opts, &path).map_err(|e| with_key(e, &s.key));
-            for suffix in ["", ".plain", ".sealed"] {
-                let mut p = path.as_os_str().to_owned();
-                p.push(suffix);
-                let _ = std::fs::remove_file(p);
+impl Run<'_> {
+    /// The records of earlier runs under the target key of the source segment `s`.
+    fn known(&self, s: &SegmentMetadata) -> &[SegmentMetadata] {
+        let key = target_key(
+            &s.key,
+            s.encryption.is_some(),
+            self.opts.recipients.is_some(),
+        );
+        self.known.segments.get(&key).map_or(&[], |v| &v[..])
+    }
+
+    /// When an earlier run stored an object otherwise than this run stores it (other
+    /// recipients, or with and without `--recipient`), that object is replaced first, before
+    /// anything new is written: a storage that keeps its objects refuses it, and the copy
+    /// stops with nothing of this run's in the way of finishing it as it was started.
+    ///
+    /// Errors: those of the copy of that object.
+    fn replace_first(&self, m: &Manifest) -> Result<()> {
+        let other = m.queues.iter().flat_map(|q| &q.segments).find(|s| {
+            let known = self.known(s);
+            !known.is_empty() && !known.iter().any(|k| stores(self.opts, s, k))
+        });
+        if let Some(s) = other {
+            let path = self.spool.join("copy-first.seg");
+            let r = self.copy_one(s, &path)?;
+            self.early
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(s.key.clone(), r);
+            return Ok(());
+        }
+        if let Some(d) = &m.definitions {
+            let stores_it = |k: &StoredDefinitions| match &self.opts.recipients {
+                None => k.recipients.is_none(),
+                Some(r) => state::same_recipients(r, k.recipients.as_deref()),
+            };
+            if !self.known.definitions.is_empty() && !self.known.definitions.iter().any(stores_it) {
+                self.copy_definitions(d)?;
             }
-            progress.bytes.fetch_add(s.size_bytes, Ordering::Relaxed);
-            progress.segments.fetch_add(1, Ordering::Relaxed);
-            r
-        })
-        .collect()
+        }
+        Ok(())
+    }
+
+    /// Copies `s` through the spool file `path` (and the files beside it, removed after).
+    fn copy_one(&self, s: &SegmentMetadata, path: &Path) -> Result<(SegmentMetadata, Outcome)> {
+        let r = segment::copy_segment(
+            self.from,
+            self.to,
+            s,
+            self.known(s),
+            self.opts,
+            path,
+            self.journal,
+        )
+        .map_err(|e| with_key(e, &s.key));
+        for suffix in ["", ".plain", ".sealed"] {
+            let _ = std::fs::remove_file(suffixed(path, suffix));
+        }
+        r
+    }
+
+    /// Copies `batch` side by side on rayon's pool; the results are in the batch's order.
+    /// The first error ends the batch (and the backup's copy).
+    fn copy_segments(&self, batch: &[SegmentMetadata]) -> Result<Vec<(SegmentMetadata, Outcome)>> {
+        use rayon::prelude::*;
+        batch
+            .par_iter()
+            .map(|s| {
+                let early = self
+                    .early
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&s.key);
+                let r = match early {
+                    Some(done) => Ok(done),
+                    None => {
+                        let worker = rayon::current_thread_index().unwrap_or(0);
+                        self.copy_one(s, &self.spool.join(format!("copy-{worker}.seg")))
+                    }
+                };
+                self.progress
+                    .bytes
+                    .fetch_add(s.size_bytes, Ordering::Relaxed);
+                self.progress.segments.fetch_add(1, Ordering::Relaxed);
+                r
+            })
+            .collect()
+    }
+
+    /// Copies the definitions export (re-encrypted with `recipients`): its stored bytes are
+    /// checked against the manifest's SHA-256 (when it records one; with or without an
+    /// identity), and, when they can be read, that they decompress to the size the manifest
+    /// records. Left alone when the target holds what this run stores; an encrypted one is
+    /// recorded in the journal before its upload. The copy's entry records the SHA-256 of what
+    /// it stores.
+    fn copy_definitions(&self, d: &DefinitionsBackup) -> Result<DefinitionsBackup> {
+        use crate::broker::definitions::{check_stored, decode_stored, sha256_hex};
+        let (from, to, opts) = (self.from, self.to, self.opts);
+        let encrypted = d.encryption.is_some();
+        let stored = from.get_bytes(&d.key)?;
+        check_stored(d, &stored)?;
+        if !encrypted || opts.identities.is_some() {
+            let raw = decode_stored(d, &stored, opts.identities.as_ref())?;
+            if raw.len() as u64 != d.size_bytes {
+                return Err(Error::Manifest(format!(
+                    "{}: definitions are {} bytes but the manifest says {}",
+                    d.key,
+                    raw.len(),
+                    d.size_bytes
+                )));
+            }
+        }
+        let key = target_key(&d.key, encrypted, opts.recipients.is_some());
+        // What the target holds under the key: this run's object, or another.
+        let there = match to.head(&key)? {
+            None => None,
+            Some(_) => Some(sha256_hex(&to.get_bytes(&key)?)),
+        };
+        let source_sha = sha256_hex(&stored);
+        let Some(recipients) = &opts.recipients else {
+            let entry = DefinitionsBackup {
+                checksum: Some(source_sha.clone()),
+                ..d.clone()
+            };
+            let earlier = match there {
+                None => None,
+                Some(sha) if sha == source_sha => return Ok(entry),
+                Some(sha) => Some(self.earlier_definitions(&sha)),
+            };
+            segment::store_bytes(to, &key, &stored, earlier)?;
+            return Ok(entry);
+        };
+        let mut earlier = None;
+        if let Some(sha) = there {
+            let mine = self.known.definitions.iter().find(|k| {
+                k.entry.checksum.as_deref() == Some(sha.as_str())
+                    && state::same_recipients(recipients, k.recipients.as_deref())
+            });
+            if let Some(k) = mine {
+                return Ok(k.entry.clone());
+            }
+            earlier = Some(self.earlier_definitions(&sha));
+        }
+        let compressed = match (&d.encryption, &opts.identities) {
+            (None, _) => stored,
+            (Some(_), Some(keys)) => keys.decrypt_bytes(&stored, &d.key)?,
+            (Some(_), None) => return Err(encryption::missing_identity(&d.key)),
+        };
+        let sealed = recipients.encrypt_bytes(&compressed)?;
+        let entry = DefinitionsBackup {
+            key: key.clone(),
+            encryption: Some(encryption::SCHEME.to_string()),
+            checksum: Some(sha256_hex(&sealed)),
+            ..d.clone()
+        };
+        self.journal.definitions_pending(&StoredDefinitions {
+            entry: entry.clone(),
+            recipients: Some(recipients.public_keys()),
+        })?;
+        segment::store_bytes(to, &key, &sealed, earlier)?;
+        Ok(entry)
+    }
+
+    /// What the records say of the definitions export stored with SHA-256 `sha`.
+    fn earlier_definitions(&self, sha: &str) -> Earlier {
+        Earlier(
+            self.known
+                .definitions
+                .iter()
+                .find(|k| k.entry.checksum.as_deref() == Some(sha))
+                .map(|k| segment::Record {
+                    recipients: k.recipients.clone(),
+                }),
+        )
+    }
 }
 
 /// `e` with the segment's key in its message (the checks' messages do not name it).
@@ -324,130 +478,6 @@ fn with_key(e: Error, key: &str) -> Error {
         Error::Storage(_) => Error::Storage(text),
         other => other,
     }
-}
-
-/// Whether the target holds `key` with `size` bytes whose SHA-256 is `checksum` (fetched
-/// to `path` and hashed).
-fn in_place(to: &dyn Storage, key: &str, size: u64, checksum: &str, path: &Path) -> Result<bool> {
-    if to.head(key)? != Some(size) {
-        return Ok(false);
-    }
-    to.get_to_file(key, path)?;
-    let same = sha256_file(path)? == checksum;
-    let _ = std::fs::remove_file(path);
-    Ok(same)
-}
-
-fn copy_segment(
-    from: &dyn Storage,
-    to: &dyn Storage,
-    s: &SegmentMetadata,
-    recorded: &HashMap<String, SegmentMetadata>,
-    opts: &CopyOptions,
-    path: &Path,
-) -> Result<(SegmentMetadata, Outcome)> {
-    let encrypted = s.encryption.is_some();
-    let key = target_key(&s.key, encrypted, opts.recipients.is_some());
-    match &opts.recipients {
-        None => {
-            if in_place(to, &key, s.size_bytes, &s.checksum, path)? {
-                return Ok((s.clone(), Outcome::InPlace));
-            }
-        }
-        Some(_) => {
-            if let Some(r) = recorded.get(&key) {
-                if in_place(to, &key, r.size_bytes, &r.checksum, path)? {
-                    return Ok((r.clone(), Outcome::InPlace));
-                }
-            }
-        }
-    }
-    from.get_to_file(&s.key, path)?;
-    let sha = sha256_file(path)?;
-    if sha != s.checksum {
-        return Err(Error::Serialization(format!(
-            "SHA-256 mismatch: expected {}, got {sha}",
-            s.checksum
-        )));
-    }
-    // The plaintext RBAK file, CRC32 checked, when it can be had.
-    let plain = match (encrypted, &opts.identities) {
-        (false, _) => {
-            SegmentReader::open(path)?;
-            Some(path.to_path_buf())
-        }
-        (true, Some(keys)) => {
-            let plain = suffixed(path, ".plain");
-            keys.decrypt_file(path, &plain, &s.key)?;
-            SegmentReader::open(&plain)?;
-            Some(plain)
-        }
-        (true, None) => None,
-    };
-    let Some(recipients) = &opts.recipients else {
-        to.put_file(&key, path)?;
-        return Ok((s.clone(), Outcome::Copied(s.size_bytes)));
-    };
-    let plain = plain.ok_or_else(|| encryption::missing_identity(&s.key))?;
-    let sealed = suffixed(path, ".sealed");
-    let _ = std::fs::remove_file(&sealed);
-    let (size, checksum) = recipients.encrypt_file(&plain, &sealed)?;
-    to.put_file(&key, &sealed)?;
-    let meta = SegmentMetadata {
-        key,
-        size_bytes: size,
-        checksum,
-        encryption: Some(encryption::SCHEME.to_string()),
-        recipients: Some(recipients.public_keys()),
-        ..s.clone()
-    };
-    Ok((meta, Outcome::Copied(size)))
-}
-
-fn suffixed(path: &Path, suffix: &str) -> std::path::PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push(suffix);
-    p.into()
-}
-
-/// Copies the definitions export (re-encrypted with `recipients`); checks that it
-/// decompresses to the size the manifest records when it can be read.
-fn copy_definitions(
-    from: &dyn Storage,
-    to: &dyn Storage,
-    d: &manifest::DefinitionsBackup,
-    opts: &CopyOptions,
-) -> Result<manifest::DefinitionsBackup> {
-    let encrypted = d.encryption.is_some();
-    let stored = from.get_bytes(&d.key)?;
-    let readable = !encrypted || opts.identities.is_some();
-    if readable {
-        let raw = crate::broker::definitions::read_stored(from, d, opts.identities.as_ref())?;
-        if raw.len() as u64 != d.size_bytes {
-            return Err(Error::Manifest(format!(
-                "{}: definitions are {} bytes but the manifest says {}",
-                d.key,
-                raw.len(),
-                d.size_bytes
-            )));
-        }
-    }
-    let Some(recipients) = &opts.recipients else {
-        to.put_bytes(&d.key, &stored)?;
-        return Ok(d.clone());
-    };
-    let compressed = match (&d.encryption, &opts.identities) {
-        (None, _) => stored,
-        (Some(_), Some(keys)) => keys.decrypt_bytes(&stored, &d.key)?,
-        (Some(_), None) => return Err(encryption::missing_identity(&d.key)),
-    };
-    let key = target_key(&d.key, encrypted, true);
-    to.put_bytes(&key, &recipients.encrypt_bytes(&compressed)?)?;
-    Ok(manifest::DefinitionsBackup {
-        key,
-        encryption: Some(encryption::SCHEME.to_string()),
-        ..d.clone()
-    })
 }
 
 #[cfg(test)]

@@ -37,12 +37,16 @@ use std::sync::atomic::AtomicU64;
     note = "Records come in backup order: queues sorted by vhost and name, each queue's records in the order they were read. --since and --until take epoch milliseconds or RFC 3339 times and compare them with each record's backed_up_at (when the backup captured it), both ends included, as restore.time_window_start/end do. Every segment read is verified first (CRC32, SHA-256, record count): a damaged one stops the command with a Serialization error, exit 1. A --vhost or --queue that the backup does not hold is exit 2."
 )]
 pub struct CatCmd {
-    /// storage URL (see `list --help`)
+    /// storage URL (see `list --help`); or --config
     #[argh(option)]
-    path: String,
-    /// the backup id to read
+    path: Option<String>,
+    /// a backup or restore configuration file whose storage section (with its credentials and
+    /// prefix) is used instead of --path
     #[argh(option)]
-    backup_id: String,
+    config: Option<std::path::PathBuf>,
+    /// the backup id to read (with --config, default: the file's backup_id)
+    #[argh(option)]
+    backup_id: Option<String>,
     /// only queues of this vhost (exact name; `/` for the default vhost)
     #[argh(option)]
     vhost: Option<String>,
@@ -65,8 +69,8 @@ pub struct CatCmd {
     /// doubled backslash are understood
     #[argh(option, default = "String::from(\"\\\\n\")")]
     delimiter: String,
-    /// age identity file that decrypts an encrypted backup (default: the environment
-    /// variable RMQ_BACKUP_AGE_IDENTITY)
+    /// age identity file that decrypts an encrypted backup (default: the --config file's
+    /// restore.encryption.identity_file, else the environment variable RMQ_BACKUP_AGE_IDENTITY)
     #[argh(option)]
     identity_file: Option<std::path::PathBuf>,
 }
@@ -129,19 +133,18 @@ impl CatCmd {
             format: self.format,
             delimiter: unescape(&self.delimiter)?,
         };
-        let keys = Identities::load(self.identity_file.as_deref(), "--identity-file")?;
-        let storage = crate::repository::storage::open_url(
-            &crate::repository::storage::parse_storage_url(&self.path)?,
+        let opened = crate::repository::storage::args::open(
+            self.path.as_deref(),
+            self.config.as_deref(),
+            "--path",
+            "--config",
         )?;
+        let keys = opened.identities(self.identity_file.as_deref())?;
+        let backup_id = opened.backup_id(self.backup_id)?;
+        let storage = opened.storage;
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-        cat(
-            storage.as_ref(),
-            &self.backup_id,
-            &opts,
-            keys.as_ref(),
-            &mut out,
-        )?;
+        cat(storage.as_ref(), &backup_id, &opts, keys.as_ref(), &mut out)?;
         Ok(0)
     }
 }

@@ -43,6 +43,13 @@ pub struct CatLine<'a> {
     /// Body length in bytes.
     body_bytes: usize,
     body: Cow<'a, str>,
+    /// `amqp-1.0` for a record holding an AMQP 1.0 message (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_format: Option<&'static str>,
+    /// Such a record's sections decoded, each value with its AMQP type
+    /// (`super::cat_amqp10`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sections: Option<Value>,
 }
 
 impl<'a> CatLine<'a> {
@@ -69,6 +76,10 @@ impl<'a> CatLine<'a> {
             body_encoding,
             body_bytes: r.body.len(),
             body,
+            message_format: r.message_format.map(|f| f.as_str()),
+            sections: r
+                .message_format
+                .map(|_| super::cat_amqp10::sections_json(&r.body)),
         }
     }
 }

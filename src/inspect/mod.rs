@@ -11,7 +11,8 @@ use serde::Serialize;
 use std::fmt::Write as _;
 
 pub mod cat;
-pub mod cat_json;
+pub mod cat_amqp10;
+mod cat_json;
 pub mod subset;
 mod validate;
 pub use subset::Subset;

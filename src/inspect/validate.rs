@@ -11,7 +11,7 @@ use super::subset::Subset;
 use super::{read_manifest, render, status, to_json, Format};
 use crate::error::{Error, Result};
 use crate::repository::encryption::Identities;
-use crate::repository::fetch::{fetch_segment, FetchedSegment};
+use crate::repository::fetch::{fetch_segment, Check, FetchedSegment};
 use crate::repository::manifest;
 use crate::repository::spool::SpoolDir;
 use crate::repository::storage::Storage;
@@ -425,7 +425,8 @@ fn check_segments(
         .collect()
 }
 
-/// Fetches one segment and checks CRC32, SHA-256, record count and every record.
+/// Fetches one segment and checks CRC32, SHA-256, record count and every record, the
+/// checksums in the pass that decodes the records ([`Check::AsRead`]).
 fn check_segment_deep(
     storage: &dyn Storage,
     s: &manifest::SegmentMetadata,
@@ -437,14 +438,30 @@ fn check_segment_deep(
         let FetchedSegment {
             reader,
             files: _files,
-        } = fetch_segment(storage, path, s, keys)?;
+        } = fetch_segment(storage, path, s, keys, Check::AsRead)?;
         let mut c = SegmentCheck {
             records: 0,
             tags: None,
             gap: None,
         };
-        for json in reader.records() {
-            let tag = json?.into_record()?.delivery_tag;
+        let mut records = reader.records();
+        while let Some(json) = records.next() {
+            // A record that does not decode is reported as the damage of its segment when
+            // the segment's checksums fail (the rest of the file is read for them).
+            let record = match json?.into_record() {
+                Ok(record) => record,
+                Err(e) => return Err(records.fail(e)),
+            };
+            // An AMQP 1.0 record's body must decode as the sections of a message.
+            if record.message_format.is_some() {
+                if let Err(e) = crate::broker::amqp10::message::sections(&record.body) {
+                    return Err(records.fail(Error::Serialization(format!(
+                        "record {} (an amqp-1.0 message): {e}",
+                        c.records + 1
+                    ))));
+                }
+            }
+            let tag = record.delivery_tag;
             c.records += 1;
             c.tags = Some(match c.tags {
                 None => (tag, tag),

@@ -317,11 +317,11 @@ impl Identities {
         self.decrypt_open(input, plain, what)
     }
 
-    /// [`Identities::decrypt_file`] of the age file open as `input`, read from where it stands
-    /// (a caller that checked the file's SHA-256 through the same handle seeks it back to 0).
+    /// [`Identities::decrypt_file`] of the age file read from `input` (a file open where it
+    /// stands, or a reader that hashes what it hands on: `crate::repository::fetch`).
     ///
     /// Errors: as [`Identities::decrypt_file`].
-    pub fn decrypt_open(&self, input: File, plain: &Path, what: &str) -> Result<()> {
+    pub fn decrypt_open(&self, input: impl Read, plain: &Path, what: &str) -> Result<()> {
         let mut reader = self.decrypting(BufReader::with_capacity(IO_BUF, input), what)?;
         let out = std::fs::OpenOptions::new()
             .write(true)

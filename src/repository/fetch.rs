@@ -2,22 +2,33 @@
 //! (restore, `cat`, `validate --deep`, the resume of a stream backup), so that every reader
 //! checks and decrypts the same way.
 //!
-//! A segment is fetched to a spool file, or opened where it lies when the storage keeps it as
-//! a local file (the filesystem backend, `Storage::open_local`: never written, moved or
-//! removed here), and checked against the manifest before any record of it is used, through
-//! the one open handle that is then read: a plain segment by its CRC32 and SHA-256 in one pass
-//! (`SegmentReader::verify`); an encrypted one (`SegmentMetadata::encryption`,
-//! docs/encryption.md "Encryption at rest") first by the SHA-256 of the stored age file, then
-//! decrypted whole into a spool file (age authenticates every 64 KiB chunk and the header, so
-//! a wrong key or an altered byte fails here), then by its CRC32. The spool files are removed
-//! when the [`FetchedSegment`] is dropped, and on every error.
+//! What is checked is what is read (issue 38, item 5): every byte of a stored segment is read
+//! once, and the bytes hashed are the bytes used, as [`Check`] says:
+//!
+//! - [`Check::AsRead`] (`validate --deep`, `cat`, a stream's resume): the segment is opened
+//!   where it lies when the storage keeps it as a local file (the filesystem backend,
+//!   `Storage::open_local`: never written, moved or removed here), else fetched to a spool
+//!   file, and its CRC32 and SHA-256 are computed in the pass that decodes its records
+//!   (`SegmentReader::stream`): a writer that changes the file meanwhile fails the check of
+//!   the very bytes the records came from, which ends the records with the error.
+//! - [`Check::First`] (restore): the segment is fetched into the spool (0700, this process's
+//!   own) from every backend, checked there (`SegmentReader::verify`), then read there: no
+//!   record is published before its whole segment checked out, and nobody else can change the
+//!   file between the check and the read.
+//!
+//! An encrypted segment (`SegmentMetadata::encryption`, docs/encryption.md "Encryption at
+//! rest") is hashed as it is decrypted (age authenticates every 64 KiB chunk and the header, so
+//! a wrong key or an altered byte fails there too) into a plaintext spool file, then read as
+//! its check says. The spool files are removed when the [`FetchedSegment`] is dropped, and on
+//! every error.
 
 use crate::error::{Error, Result};
 use crate::repository::encryption::{self, Identities};
 use crate::repository::manifest::{Manifest, SegmentMetadata};
-use crate::repository::segment::{io_err, sha256_open, SegmentReader};
+use crate::repository::segment::{io_err, SegmentReader};
 use crate::repository::storage::Storage;
-use std::io::{Read, Seek, SeekFrom};
+use sha2::{Digest, Sha256};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// A fetched, verified segment, ready to iterate. Keep `files` alive while reading: its
@@ -199,25 +210,48 @@ fn named(items: Vec<String>) -> String {
     out
 }
 
-/// Fetches `segment` to the spool file `path` (or opens it in place: see the module's doc) and
-/// verifies it; `keys` decrypt an encrypted segment. An encrypted segment's plaintext is written beside
-/// `path` (`<path>.plain`).
+/// How a reader wants a segment checked (issue 38, item 5: what is checked is what is read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// In the pass that reads its records ([`SegmentReader::stream`]): each byte read once,
+    /// a filesystem storage's file read in place; a failed check is the last item of the
+    /// records, after the records read before it. For readers whose verdict comes at the end
+    /// of a segment: `validate --deep`, `cat` (whose output then ends with the error, exit 1),
+    /// a stream's resume.
+    AsRead,
+    /// Before any record is handed out, on a private copy: the stored file fetched into the
+    /// spool (0700, this process's) even from a filesystem storage, checked there, then read
+    /// there. For a restore, which publishes each record as it comes: what it publishes is
+    /// what was checked, whoever else can write to the repository.
+    First,
+}
+
+/// Fetches `segment` to the spool file `path` (or, with [`Check::AsRead`], opens it in place:
+/// see the module's doc) and checks it as `check` says; `keys` decrypt an encrypted segment,
+/// whose SHA-256 is computed as it is decrypted (one pass over the stored bytes) into its
+/// plaintext beside `path` (`<path>.plain`).
 ///
 /// Errors (messages without the key; the caller names the segment): the storage's;
 /// `Serialization error:` for a RBAK file that does not check out (magic, CRC32, ...) and
 /// `SHA-256 mismatch: expected {manifest}, got {file}`; `Encryption error: {key} ...` for an
 /// encrypted segment without `keys`, with the wrong ones, or altered (a MAC that fails);
-/// `Error::Io` for spool files.
+/// `Error::Io` for spool files. With [`Check::AsRead`], the checks after the header come from
+/// the records.
 pub fn fetch_segment(
     storage: &dyn Storage,
     path: &Path,
     segment: &SegmentMetadata,
     keys: Option<&Identities>,
+    check: Check,
 ) -> Result<FetchedSegment> {
     let mut files = SpoolFiles(Vec::new());
-    // A backend that keeps objects as local files (the filesystem) is read in place: the
-    // stored file is checked and read through one open handle, never copied, moved or removed.
-    let (stored, stored_path) = match storage.open_local(&segment.key)? {
+    // A backend that keeps objects as local files (the filesystem) is read in place when the
+    // check comes with the read: never copied, moved or removed.
+    let local = match check {
+        Check::AsRead => storage.open_local(&segment.key)?,
+        Check::First => None,
+    };
+    let (stored, stored_path) = match local {
         Some(local) => local,
         None => {
             files.0.push(path.to_path_buf());
@@ -227,42 +261,26 @@ pub fn fetch_segment(
         }
     };
     let reader = match segment.encryption.as_deref() {
-        // CRC32 and SHA-256 in one pass over the file.
-        None => SegmentReader::verify(stored, &stored_path, Some(&segment.checksum))?,
+        None => match check {
+            Check::AsRead => SegmentReader::stream(stored, &stored_path, Some(&segment.checksum))?,
+            // CRC32 and SHA-256 in one pass over the private copy, then its records.
+            Check::First => SegmentReader::verify(stored, &stored_path, Some(&segment.checksum))?,
+        },
         Some(encryption::SCHEME) => {
-            // The stored bytes first: a shallow validate proves the same without the key.
-            // Checked, then decrypted, through one handle: what was checked is what is read.
-            let mut stored = stored;
-            let rewind = |f: &mut std::fs::File| {
-                f.seek(SeekFrom::Start(0))
-                    .map_err(|e| io_err("Failed to read", &stored_path, e))
-            };
-            let sha = sha256_open(&mut stored, &stored_path)?;
-            if sha != segment.checksum {
-                return Err(Error::Serialization(format!(
-                    "SHA-256 mismatch: expected {}, got {sha}",
-                    segment.checksum
-                )));
-            }
-            let keys = keys.ok_or_else(|| encryption::missing_identity(&segment.key))?;
-            rewind(&mut stored)?;
-            if !starts_with_age_header(&mut stored, &stored_path)? {
-                return Err(Error::Encryption(format!(
-                    "{}: not an age file, though the manifest says it is encrypted: it was replaced or altered; refused",
-                    segment.key
-                )));
-            }
-            rewind(&mut stored)?;
-            let mut plain = path.as_os_str().to_owned();
-            plain.push(".plain");
-            let plain = PathBuf::from(plain);
+            let plain = suffixed(path, ".plain");
             files.0.push(plain.clone());
-            keys.decrypt_open(stored, &plain, &segment.key)?;
+            decrypt_checked(stored, &stored_path, &plain, segment, keys)?;
             // Only the plaintext is read from here on; a spool copy of the stored file goes.
             if stored_path == path {
                 let _ = std::fs::remove_file(path);
             }
-            SegmentReader::open(&plain)?
+            // The plaintext is this process's own file: read as the check asks all the same.
+            let file =
+                std::fs::File::open(&plain).map_err(|e| io_err("Failed to open", &plain, e))?;
+            match check {
+                Check::AsRead => SegmentReader::stream(file, &plain, None)?,
+                Check::First => SegmentReader::verify(file, &plain, None)?,
+            }
         }
         Some(other) => {
             return Err(Error::Encryption(format!(
@@ -274,17 +292,82 @@ pub fn fetch_segment(
     Ok(FetchedSegment { reader, files })
 }
 
-/// Whether the file open as `file` (named `path` in messages) continues as an age v1 file
-/// starts ([`encryption::MAGIC`]).
-///
-/// Errors: `Error::Io` when it cannot be read.
-fn starts_with_age_header(file: &mut std::fs::File, path: &Path) -> Result<bool> {
+/// `path` with `suffix` appended.
+fn suffixed(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+/// A reader that hashes what it hands on (SHA-256).
+struct Hashing<R> {
+    inner: R,
+    sha: Sha256,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.sha.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl<R: Read> Hashing<R> {
+    /// Reads the rest through the hash and returns its lowercase hex digest.
+    fn finish(mut self, path: &Path) -> Result<String> {
+        std::io::copy(&mut self, &mut std::io::sink())
+            .map_err(|e| io_err("Failed to read", path, e))?;
+        Ok(crate::repository::segment::hex_lower(&self.sha.finalize()))
+    }
+}
+
+/// Decrypts the stored age file `stored` (named `stored_path`) into `plain`, hashing its bytes
+/// as they are decrypted: one read of the stored bytes, so the file checked against the
+/// manifest's SHA-256 is the file decrypted. A SHA-256 that does not match is the error,
+/// before a decryption error it causes (age authenticates every chunk and the header: a wrong
+/// key or an altered byte fails there too).
+fn decrypt_checked(
+    stored: std::fs::File,
+    stored_path: &Path,
+    plain: &Path,
+    segment: &SegmentMetadata,
+    keys: Option<&Identities>,
+) -> Result<()> {
+    let mut input = Hashing {
+        inner: stored,
+        sha: Sha256::new(),
+    };
+    let mismatch = |sha: String| {
+        Error::Serialization(format!(
+            "SHA-256 mismatch: expected {}, got {sha}",
+            segment.checksum
+        ))
+    };
     let mut head = Vec::with_capacity(encryption::MAGIC.len());
-    Read::by_ref(file)
+    Read::by_ref(&mut input)
         .take(encryption::MAGIC.len() as u64)
         .read_to_end(&mut head)
-        .map_err(|e| io_err("Failed to read", path, e))?;
-    Ok(head == encryption::MAGIC)
+        .map_err(|e| io_err("Failed to read", stored_path, e))?;
+    let age = head == encryption::MAGIC;
+    let decrypted = match keys {
+        // The stored bytes first: a shallow validate proves the same without the key.
+        None => Err(encryption::missing_identity(&segment.key)),
+        Some(_) if !age => Err(Error::Encryption(format!(
+            "{}: not an age file, though the manifest says it is encrypted: it was replaced or altered; refused",
+            segment.key
+        ))),
+        Some(keys) => keys.decrypt_open(
+            std::io::Cursor::new(head).chain(&mut input),
+            plain,
+            &segment.key,
+        ),
+    };
+    let sha = input.finish(stored_path)?;
+    if sha != segment.checksum {
+        return Err(mismatch(sha));
+    }
+    decrypted
 }
 
 #[cfg(test)]
@@ -453,6 +536,7 @@ mod tests {
             user_count: 0,
             size_bytes: 1,
             encryption: Some(encryption::SCHEME.into()),
+            checksum: None,
         });
         assert!(check_readable(&m, Some(&keys), &all(&m), false).is_ok());
         let e = check_readable(&m, Some(&keys), &all(&m), true)
@@ -485,29 +569,6 @@ mod tests {
         assert_eq!(named(many), "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 3 more");
     }
 
-    #[test]
-    fn only_age_files_pass_as_age_files() {
-        let dir = std::env::temp_dir().join(format!("rmq-fetch-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (_, public) = encryption::generate();
-        let r = encryption::Recipients::parse([public.as_str()], "r").unwrap();
-        std::fs::write(dir.join("a"), r.encrypt_bytes(b"x").unwrap()).unwrap();
-        let starts = |name: &str| {
-            let p = dir.join(name);
-            starts_with_age_header(&mut std::fs::File::open(&p).unwrap(), &p).unwrap()
-        };
-        assert!(starts("a"));
-        for (name, bytes) in [
-            ("rbak", &b"RBAK\x01..."[..]),
-            ("short", b"age"),
-            ("empty", b""),
-        ] {
-            std::fs::write(dir.join(name), bytes).unwrap();
-            assert!(!starts(name), "{name}");
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
     /// A stored segment and its manifest entry, written under `key` to `storage`.
     fn stored(
         storage: &dyn Storage,
@@ -515,9 +576,12 @@ mod tests {
         seal: Option<&encryption::Recipients>,
     ) -> SegmentMetadata {
         use crate::repository::segment::{sha256_file, Compression, SegmentWriter};
+        // Tests run side by side and store the same keys: a file of their own each.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let spool = std::env::temp_dir().join(format!(
-            "rmq-fetch-seg-{}-{}",
+            "rmq-fetch-seg-{}-{}-{}",
             std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             key.replace('/', "-")
         ));
         let mut w = SegmentWriter::create(&spool, Compression::Zstd, 3).unwrap();
@@ -549,6 +613,120 @@ mod tests {
         }
     }
 
+    /// Fetches `seg` and reads its records: their count, or the first error.
+    fn read_through(
+        storage: &dyn Storage,
+        spool: &Path,
+        seg: &SegmentMetadata,
+        keys: Option<&Identities>,
+        check: Check,
+    ) -> Result<usize> {
+        let FetchedSegment { reader, files: _f } = fetch_segment(storage, spool, seg, keys, check)?;
+        let mut n = 0;
+        for r in reader.records() {
+            r?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// A plain segment of 3 records, each `{"v":"<c>"}`: the same size for every `c`.
+    fn segment_of(c: char) -> Vec<u8> {
+        use crate::repository::segment::{Compression, SegmentWriter};
+        let path = std::env::temp_dir().join(format!("rmq-fetch-of-{}-{c}", std::process::id()));
+        let mut w = SegmentWriter::create(&path, Compression::None, 0).unwrap();
+        for i in 0..3 {
+            w.append(format!("{{\"v\":\"{c}\"}}").as_bytes(), 1000 + i)
+                .unwrap();
+        }
+        w.finish().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        bytes
+    }
+
+    /// Issue 38, item 5: a file in a filesystem repository rewritten in place, again and again,
+    /// between the manifest's bytes and another valid segment of the same size, while it is
+    /// read. No read may hand out the other segment's records and end without an error: the
+    /// records read are the bytes checked (as read, or on a private copy first).
+    #[test]
+    fn what_is_checked_is_what_is_read_while_a_writer_changes_the_file() {
+        use crate::repository::storage::filesystem::FilesystemStorage;
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = std::env::temp_dir().join(format!("rmq-fetch-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("spool")).unwrap();
+        let fs = FilesystemStorage::new(&dir.join("store")).unwrap();
+        let (good, forged) = (segment_of('a'), segment_of('b'));
+        assert_eq!(good.len(), forged.len());
+        fs.put_bytes("b/q/seg", &good).unwrap();
+        let seg = SegmentMetadata {
+            key: "b/q/seg".into(),
+            sequence: 1,
+            record_count: 3,
+            size_bytes: good.len() as u64,
+            uncompressed_bytes: 0,
+            first_timestamp: Some(1000),
+            last_timestamp: Some(1002),
+            checksum: crate::repository::segment::hex_lower(&{
+                use sha2::Digest;
+                sha2::Sha256::digest(&good)
+            }),
+            encryption: None,
+            recipients: None,
+            segment_version: None,
+        };
+        let path = dir.join("store").join("b/q/seg");
+        let stop = AtomicBool::new(false);
+        let spool = dir.join("spool").join("s.rbak");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    f.write_all_at(&forged, 0).unwrap();
+                    std::thread::yield_now();
+                    f.write_all_at(&good, 0).unwrap();
+                    std::thread::yield_now();
+                }
+            });
+            let mut forged_read = 0;
+            for round in 0..4000 {
+                let check = if round % 2 == 0 {
+                    Check::AsRead
+                } else {
+                    Check::First
+                };
+                let Ok(FetchedSegment { reader, files: _f }) =
+                    fetch_segment(&fs, &spool, &seg, None, check)
+                else {
+                    continue;
+                };
+                let records: Result<Vec<_>> = reader.records().collect();
+                if let Ok(records) = records {
+                    let bodies: Vec<String> = records
+                        .iter()
+                        .map(|r| match r {
+                            crate::repository::segment::RawRecord::Json(j) => {
+                                String::from_utf8_lossy(j).into_owned()
+                            }
+                            other => panic!("{other:?}"),
+                        })
+                        .collect();
+                    if bodies.iter().any(|b| b.contains("\"b\"")) {
+                        forged_read += 1;
+                    }
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert_eq!(
+                forged_read, 0,
+                "reads that handed out the other segment's records"
+            );
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_filesystem_segment_is_read_in_place_and_left_where_it_is() {
         use crate::repository::storage::filesystem::FilesystemStorage;
@@ -563,7 +741,7 @@ mod tests {
         for (key, seal) in [("b/q/plain", None), ("b/q/sealed", Some(&to))] {
             let seg = stored(&fs, key, seal);
             let FetchedSegment { reader, files } =
-                fetch_segment(&fs, &spool, &seg, Some(&keys)).unwrap();
+                fetch_segment(&fs, &spool, &seg, Some(&keys), Check::AsRead).unwrap();
             assert_eq!(reader.records().count(), 3, "{key}");
             // Plain: nothing spooled; sealed: only the plaintext.
             let spooled: Vec<_> = std::fs::read_dir(dir.join("spool"))
@@ -592,14 +770,15 @@ mod tests {
             let mid = bytes.len() / 2;
             bytes[mid] ^= 1;
             std::fs::write(&path, &bytes).unwrap();
-            let e = fetch_segment(&fs, &spool, &seg, Some(&keys))
-                .err()
-                .unwrap()
-                .to_string();
-            assert!(
-                e.contains("CRC32 mismatch") || e.contains("SHA-256 mismatch"),
-                "{key}: {e}"
-            );
+            for check in [Check::AsRead, Check::First] {
+                let e = read_through(&fs, &spool, &seg, Some(&keys), check)
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    e.contains("CRC32 mismatch") || e.contains("SHA-256 mismatch"),
+                    "{key} {check:?}: {e}"
+                );
+            }
             assert!(
                 fs.head(key).unwrap().is_some(),
                 "{key}: a damaged file stays too"
@@ -611,14 +790,15 @@ mod tests {
             checksum: "0".repeat(64),
             ..seg
         };
-        let e = fetch_segment(&fs, &spool, &other, None)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(
-            e.starts_with("Serialization error: SHA-256 mismatch: expected 000"),
-            "{e}"
-        );
+        for check in [Check::AsRead, Check::First] {
+            let e = read_through(&fs, &spool, &other, None, check)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("Serialization error: SHA-256 mismatch: expected 000"),
+                "{check:?}: {e}"
+            );
+        }
         let e = fetch_segment(
             &fs,
             &spool,
@@ -627,6 +807,7 @@ mod tests {
                 ..other
             },
             None,
+            Check::AsRead,
         )
         .err()
         .unwrap()
@@ -643,7 +824,7 @@ mod tests {
         let spool = dir.join("s.rbak");
         let seg = stored(storage.as_ref(), "b/q/plain", None);
         let FetchedSegment { reader, files } =
-            fetch_segment(storage.as_ref(), &spool, &seg, None).unwrap();
+            fetch_segment(storage.as_ref(), &spool, &seg, None, Check::AsRead).unwrap();
         assert!(spool.exists());
         assert_eq!(reader.records().count(), 3);
         drop(files);
@@ -652,7 +833,7 @@ mod tests {
             checksum: "0".repeat(64),
             ..seg
         };
-        assert!(fetch_segment(storage.as_ref(), &spool, &bad, None).is_err());
+        assert!(read_through(storage.as_ref(), &spool, &bad, None, Check::AsRead).is_err());
         assert!(!spool.exists(), "removed on an error too");
         let _ = std::fs::remove_dir_all(&dir);
     }

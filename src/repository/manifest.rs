@@ -75,6 +75,11 @@ pub struct DefinitionsBackup {
     /// for an age file whose plaintext is the compressed definitions. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<String>,
+    /// SHA-256 (lowercase hex) of the file as stored: the compressed export, or the age file
+    /// when `encryption` is set (issue 38: every reader checks it before using the export).
+    /// Absent in backups made before it was recorded, which are read unchecked as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 /// One backed-up queue (SPEC.md "Manifest", QueueBackup).
@@ -102,6 +107,11 @@ pub struct QueueBackup {
     /// another application (`crate::backup` exits 4). Absent when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub messages_left_out: Option<u64>,
+    /// Quorum queues: the messages whose `x-delivery-count` this backup raised by one (each
+    /// message read where every return counts, RabbitMQ 3.x and 4.0-4.2; on 4.3 and later
+    /// the messages a lost connection gave back). Absent when none (docs/reading-queues.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_counts_raised: Option<u64>,
     /// Streams: consumer reference → the offset it had stored when the stream's read started
     /// (`backup.stream_offset_references`; references with no stored offset are absent).
     /// Absent when empty.
@@ -199,6 +209,7 @@ impl QueueBackup {
             segments,
             messages_unacknowledged_at_start: None,
             messages_left_out: None,
+            delivery_counts_raised: None,
             consumer_offsets: BTreeMap::new(),
         }
     }
@@ -453,6 +464,7 @@ mod tests {
                 user_count: 1,
                 size_bytes: 999,
                 encryption: None,
+                checksum: None,
             }),
             queues: vec![QueueBackup {
                 vhost: "/".into(),
@@ -476,6 +488,7 @@ mod tests {
                 last_message_timestamp: Some(2),
                 messages_unacknowledged_at_start: None,
                 messages_left_out: None,
+                delivery_counts_raised: None,
                 consumer_offsets: [("app-1".to_string(), 41)].into(),
             }],
             total_messages: 10,
@@ -607,6 +620,23 @@ mod tests {
         let back = Manifest::from_json(legacy.as_bytes()).unwrap();
         assert_eq!(back.broker_version.as_deref(), Some("3.10.8"));
         assert!(!back.to_json_pretty().unwrap().contains("rabbitmq_version"));
+    }
+
+    #[test]
+    fn the_definitions_checksum_is_optional() {
+        // A manifest written before the checksum was recorded: read, and written back without.
+        let m = sample();
+        let text = m.to_json_pretty().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(v["definitions"].get("checksum").is_none(), "{text}");
+        let old = Manifest::from_json(text.as_bytes()).unwrap();
+        assert_eq!(old.definitions.as_ref().unwrap().checksum, None);
+        let mut new = m.clone();
+        new.definitions.as_mut().unwrap().checksum = Some("ab".repeat(32));
+        let text = new.to_json_pretty().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["definitions"]["checksum"], "ab".repeat(32));
+        assert_eq!(Manifest::from_json(text.as_bytes()).unwrap(), new);
     }
 
     #[test]

@@ -14,8 +14,11 @@
 //! - `plan`: the plan and its summary, the dry run's checks, created queues, rerun reports;
 //! - `segments`: fetching, verifying and decoding a queue's segments, and the time window;
 //! - `outgoing`: a decoded record made ready to publish (its properties encoded);
-//! - `publish`: publishing with confirms, the rate limit, and the restore checkpoint.
+//! - `publish`: publishing with confirms, the rate limit, and the restore checkpoint, over
+//!   AMQP 0-9-1 or AMQP 1.0 (`crate::broker::publisher`);
+//! - `amqp10`: which records go over AMQP 1.0, and the target that can take them.
 
+mod amqp10;
 mod offsets;
 mod outgoing;
 mod plan;
@@ -28,6 +31,7 @@ use crate::broker::amqp::ConnectOptions;
 use crate::broker::definitions;
 use crate::broker::management::ManagementClient;
 use crate::broker::nodes::Nodes;
+use crate::broker::publisher::amqp091::BasicPublisher;
 use crate::broker::{BrokerVersion, QueueType};
 use crate::config::RestoreEncryption;
 use crate::config::{Config, PublishMode, RestoreOptions, StreamOffsets, TargetConfig};
@@ -171,6 +175,9 @@ fn run_job(
     // restore publishes over the stream protocol depend on it), and the node of each.
     let nodes = target::look(mgmt.as_ref(), resolved.urls, &mut summary.queues)?;
 
+    if opts.checkpoint_interval_secs != 60 {
+        log::warn!("restore.checkpoint_interval_secs is set but has no effect: a restore records each queue's confirmed prefix whenever it moves");
+    }
     let checkpoints = match &opts.checkpoint_state {
         Some(path) => Some(Checkpoints::open_file(path)?),
         None => {
@@ -213,7 +220,6 @@ fn run_job(
                 let checkpoint = checkpoints.as_ref().map(|cp| QueueCheckpoint {
                     store: cp,
                     key: restore_key(backup_id, &entry),
-                    interval: Duration::from_secs(opts.checkpoint_interval_secs.max(1)),
                 });
                 let r = match crate::run::signals::stop_reason("restore") {
                     Some(why) => Err(Error::Io(why)),
@@ -410,6 +416,23 @@ fn restore_queue(
         bytes.clone(),
     );
     let channel = conn.open_channel()?;
+    // Records holding AMQP 1.0 messages go to the same node, vhost, credentials and TLS.
+    let mut amqp10_options = crate::broker::amqp10::ConnectOptions::new(
+        entry
+            .target_node
+            .as_deref()
+            .and_then(|n| nodes.address_of(n))
+            .unwrap_or(&options.url)
+            .clone(),
+    );
+    amqp10_options.url.vhost = entry.target_vhost.clone();
+    amqp10_options.tls = options.tls.clone();
+    amqp10_options.blocked_timeout = options.blocked_timeout;
+    amqp10_options.connection_name = options.connection_name.clone();
+    let amqp10 = amqp10::Amqp10Target {
+        options: amqp10_options,
+        version: amqp10::version_of(conn.server_properties()),
+    };
     if opts.publish_mode == PublishMode::DirectToQueue {
         // A missing queue fails here, with the broker's NOT_FOUND, before anything is published.
         channel.queue_declare_passive(&entry.target_queue)?;
@@ -463,6 +486,7 @@ fn restore_queue(
             bytes: &bytes,
             checkpoint,
             to_stream: entry.target_is_stream && opts.publish_mode == PublishMode::DirectToQueue,
+            amqp10: &amqp10,
         };
         // A stream target takes the records that hold whole AMQP 1.0 messages over the
         // stream protocol (`raw_stream`).
@@ -493,7 +517,7 @@ fn restore_queue(
         // the publishes before it has arrived.
         channel.basic_qos(0, false)?;
     }
-    settle(&channel, 0, entry, &m)?;
+    settle(&mut BasicPublisher::new(&channel), 0, entry, &m)?;
     if let Some(cp) = checkpoint {
         if entry.failed == 0 {
             cp.store

@@ -8,6 +8,7 @@
 //! thread was 14% of the restore's CPU samples (perf), most of it cache misses on records
 //! decoded on the other core.
 
+use super::amqp10::is_amqp10;
 use super::raw_stream::is_raw;
 use super::segments::Decoded;
 use crate::broker::amqp::codec::EncodedProperties;
@@ -29,14 +30,20 @@ pub(crate) struct Outgoing {
     pub(crate) body: Vec<u8>,
     /// The body is a whole AMQP 1.0 stream message (`raw_stream`).
     pub(crate) raw: bool,
+    /// The body is an AMQP 1.0 message, published over AMQP 1.0 (`super::amqp10`); its
+    /// properties are empty.
+    pub(crate) amqp10: bool,
     /// The key of the first top-level `decimal` header, and the message id (a stream refuses
     /// such a message: `publish::refuse_for_stream`).
     pub(crate) decimal: Option<(String, Option<String>)>,
 }
 
 impl Decoded for Outgoing {
+    const CHECK: crate::repository::fetch::Check = crate::repository::fetch::Check::First;
+
     fn from_record(mut record: BackupRecord) -> Outgoing {
         let raw = is_raw(&record);
+        let amqp10 = is_amqp10(&record);
         let decimal = record
             .headers
             .iter()
@@ -54,6 +61,7 @@ impl Decoded for Outgoing {
             properties: EncodedProperties::new(&properties),
             body,
             raw,
+            amqp10,
             decimal,
         }
     }

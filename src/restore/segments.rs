@@ -5,7 +5,7 @@
 use crate::config::RestoreOptions;
 use crate::error::{Error, Result};
 use crate::repository::encryption::Identities;
-use crate::repository::fetch::{fetch_segment, FetchedSegment};
+use crate::repository::fetch::{fetch_segment, Check, FetchedSegment};
 use crate::repository::manifest::{QueueBackup, SegmentMetadata};
 use crate::repository::record::BackupRecord;
 use crate::repository::segment::{RawRecord, SegmentReader};
@@ -54,6 +54,11 @@ type Pending<T> = crossbeam_channel::Receiver<Result<Vec<T>>>;
 /// What the segment decoder sends on: records as they are (`cat`), or each converted on the
 /// decode threads into what its consumer needs (`super::outgoing::Outgoing` for a restore).
 pub(crate) trait Decoded: Send + 'static {
+    /// How its segments are checked: before any record is handed over (a restore publishes
+    /// what it gets), or as they are read (`cat`, whose output ends with the error of a
+    /// segment that fails: issue 38, item 5).
+    const CHECK: Check;
+
     /// Converts one decoded record.
     fn from_record(record: BackupRecord) -> Self;
     /// When the record was backed up, epoch ms (the time window).
@@ -63,6 +68,8 @@ pub(crate) trait Decoded: Send + 'static {
 }
 
 impl Decoded for BackupRecord {
+    const CHECK: Check = Check::AsRead;
+
     fn from_record(record: BackupRecord) -> Self {
         record
     }
@@ -118,6 +125,7 @@ pub(crate) fn decode_segments<T: Decoded>(
                 chunk_records,
                 readers,
                 keys,
+                T::CHECK,
                 hand_over,
             )
         };
@@ -212,12 +220,21 @@ fn read_segments(
     chunk_records: usize,
     readers: usize,
     keys: Option<&Identities>,
+    check: Check,
     hand_over: &mut dyn FnMut(Vec<RawRecord>) -> Result<bool>,
 ) -> Result<()> {
     let readers = readers.clamp(1, todo.len().max(1));
     if readers == 1 {
         for segment in todo {
-            if !read_segment(storage, spool, segment, chunk_records, keys, hand_over)? {
+            if !read_segment(
+                storage,
+                spool,
+                segment,
+                chunk_records,
+                keys,
+                check,
+                hand_over,
+            )? {
                 break;
             }
         }
@@ -238,8 +255,15 @@ fn read_segments(
                     let _log = crate::run::logging::queue_scope(&backup.vhost, &backup.name);
                     for segment in mine {
                         let mut send = |chunk| Ok(tx.send(Piece::Chunk(chunk)).is_ok());
-                        let read =
-                            read_segment(storage, spool, segment, chunk_records, keys, &mut send);
+                        let read = read_segment(
+                            storage,
+                            spool,
+                            segment,
+                            chunk_records,
+                            keys,
+                            check,
+                            &mut send,
+                        );
                         let go = matches!(read, Ok(true));
                         if tx.send(Piece::End(read.map(|_| ()))).is_err() || !go {
                             return; // this thread's consumer stopped, or the segment failed
@@ -280,7 +304,7 @@ fn read_segments(
     })
 }
 
-/// Fetches, verifies and decompresses one segment, handing chunks of at most `chunk_records`
+/// Fetches, verifies (as `check` says) and decompresses one segment, handing chunks of at most `chunk_records`
 /// raw records (and [`CHUNK_RAW_BYTES`]) to `send`. Ok(false) when `send` said false.
 fn read_segment(
     storage: &dyn Storage,
@@ -288,6 +312,7 @@ fn read_segment(
     segment: &SegmentMetadata,
     chunk_records: usize,
     keys: Option<&Identities>,
+    check: Check,
     send: &mut dyn FnMut(Vec<RawRecord>) -> Result<bool>,
 ) -> Result<bool> {
     let path = unique_file(spool, &segment.key);
@@ -295,7 +320,7 @@ fn read_segment(
     let FetchedSegment {
         reader,
         files: _files,
-    } = fetch_segment(storage, &path, segment, keys).map_err(|e| with_key(e, segment))?;
+    } = fetch_segment(storage, &path, segment, keys, check).map_err(|e| with_key(e, segment))?;
     check_count(&reader, segment)?;
     log::debug!(
         "segment {}: {} records",

@@ -7,6 +7,7 @@ use argh::FromArgs;
 
 /// Remove backups according to a policy (restic's `forget`): the union of what the --keep-*
 /// rules keep is kept; the rest is deleted, manifest first. Running backups are never removed.
+/// With --config and no --keep-* rule, the file's `retention:` section is the policy.
 #[derive(FromArgs, Debug)]
 #[argh(
     subcommand,
@@ -15,9 +16,13 @@ use argh::FromArgs;
     note = "Each rule is evaluated on the manifests' created_at, newest first, over completed backups: --keep-last N keeps the N newest; --keep-daily/--keep-weekly/--keep-monthly N keep the newest backup of each of the last N UTC days / ISO weeks / months that have backups (and, while a rule has counts left, the oldest backup); --keep-within 1y5m7d2h keeps every backup newer than the newest one minus that duration. Counts accept 'unlimited' (or -1). Interrupted backups newer than the newest completed one are kept (a rerun may resume them); older ones are removed only with --prune-interrupted. A backup whose run lock is held by a run that may be alive is never touched. Exit codes: 0 done; 1 a deletion failed (each named); 2 bad usage (no rule given)."
 )]
 pub struct ForgetCmd {
-    /// storage URL (see `list --help`)
+    /// storage URL (see `list --help`); or --config
     #[argh(option)]
-    path: String,
+    path: Option<String>,
+    /// a backup configuration file whose storage section (with its credentials and prefix) is
+    /// used instead of --path; without a --keep-* rule, its `retention:` section is the policy
+    #[argh(option)]
+    config: Option<std::path::PathBuf>,
     /// keep the N newest completed backups
     #[argh(option)]
     keep_last: Option<Count>,
@@ -69,11 +74,34 @@ impl ForgetCmd {
             prune: self.prune,
             prune_grace: self.prune_grace.unwrap_or(DEFAULT_PRUNE_GRACE),
         };
-        let storage = crate::repository::storage::open_url(
-            &crate::repository::storage::parse_storage_url(&self.path)?,
+        let opened = crate::repository::storage::args::open(
+            self.path.as_deref(),
+            self.config.as_deref(),
+            "--path",
+            "--config",
         )?;
+        let opts = from_config(opts, opened.config.as_ref())?;
+        let storage = opened.storage;
         let report = forget(&storage, &opts)?;
-        print!("{}", report.render(self.format == Format::Json)?);
+        crate::run::write_stdout(format_args!(
+            "{}",
+            report.render(self.format == Format::Json)?
+        ));
         Ok(if report.errors.is_empty() { 0 } else { 1 })
+    }
+}
+
+/// `opts` from the command line, or, when it gives no `--keep-*` rule, the `retention:`
+/// section of the `--config` file (its rules, `prune_interrupted`, `prune`, `prune_grace`),
+/// with the command line's `--dry-run`.
+///
+/// Errors: as `RetentionConfig::options`.
+fn from_config(opts: Options, config: Option<&crate::config::Config>) -> Result<Options> {
+    match config.and_then(|c| c.retention.as_ref()) {
+        Some(retention) if opts.policy.is_empty() => Ok(Options {
+            dry_run: opts.dry_run,
+            ..retention.options()?
+        }),
+        _ => Ok(opts),
     }
 }

@@ -10,7 +10,10 @@
 //!   still held), so no run starts on it meanwhile, nor loses its lock to the delete;
 //! - an `interrupted` backup created after the newest completed one (a rerun may resume it);
 //!   older interrupted ones only with `prune_interrupted`;
-//! - a backup whose manifest cannot be read (`damaged`): what it holds is unknown.
+//! - a backup whose manifest cannot be read (`damaged`): what it holds is unknown;
+//! - a backup any of whose objects the storage still retains (`storage.object_lock`): every
+//!   object's date is read before the first delete, so no backup loses its manifest to a
+//!   delete and then keeps data the storage refuses to delete.
 //!
 //! The policy applies to completed backups only (interrupted ones take no `keep_last` place).
 //!
@@ -217,11 +220,11 @@ pub fn forget_keeping(
     }
     let mut decisions = decide(&found, opts);
     let mut errors = Vec::new();
-    for (d, f) in decisions.iter_mut().zip(&found) {
+    for d in decisions.iter_mut() {
         if !d.remove {
             continue;
         }
-        if let Some(why) = retained(storage, &d.backup_id, f.manifest.as_ref().ok())? {
+        if let Some(why) = retained(storage, &d.backup_id)? {
             log::info!("forget: backup {} kept: {why}", d.backup_id);
             d.remove = false;
             d.reasons = vec![why];
@@ -269,25 +272,20 @@ pub fn forget_keeping(
     })
 }
 
-/// `Some("locked until <time>: ...")` while the storage retains backup `backup_id`
-/// (`storage.object_lock`, or a bucket's default retention): its manifest, written last, has
-/// the latest date of its objects; on GCS, where the manifest is not locked (it is rewritten),
-/// its last segment stands for the backup. Such a backup is kept, not an error; a later
-/// `forget` removes it once the date has passed.
+/// `Some("locked until <time>: ...")` while the storage retains any object of backup
+/// `backup_id` (`storage.object_lock`, or a bucket's default retention), `<time>` the latest
+/// date among them ([`Storage::latest_retention`] of `{backup_id}/`). Every object is asked,
+/// before anything is deleted: a manifest is not locked on GCS (it is rewritten), a backup may
+/// have no segment at all (definitions only, empty queues), its queues are written in
+/// parallel and over several runs (a rerun may lock for less time than the run before), so no
+/// one object stands for the others (issue 38: deciding from the last segment in manifest
+/// order deleted the manifest of a backup whose locked definitions GCS then refused to
+/// delete). Such a backup is kept whole, not an error; a later `forget` removes it once the
+/// date has passed.
 ///
 /// Errors: the storage's.
-fn retained(
-    storage: &dyn Storage,
-    backup_id: &str,
-    manifest: Option<&Manifest>,
-) -> Result<Option<String>> {
-    let mut until = storage.retained_until(&manifest_key(backup_id))?;
-    if until.is_none() {
-        let last = manifest.and_then(|m| m.queues.iter().rev().find_map(|q| q.segments.last()));
-        if let Some(s) = last {
-            until = storage.retained_until(&s.key)?;
-        }
-    }
+fn retained(storage: &dyn Storage, backup_id: &str) -> Result<Option<String>> {
+    let until = storage.latest_retention(&format!("{backup_id}/"))?;
     Ok(until.filter(|t| *t > now_ms()).map(|t| {
         format!(
             "{}: the storage refuses to delete it before then; a later forget removes it",

@@ -36,9 +36,10 @@ pub enum Count {
 }
 
 impl Count {
-    /// Parses `N`, `unlimited` or `-1`. Errors: a sentence saying what was expected.
+    /// Parses `N` (a `u32`, as Rust reads one: ASCII digits, an optional `+`), `unlimited` or
+    /// `-1`, with ASCII whitespace around it. Errors: a sentence saying what was expected.
     pub fn parse(s: &str) -> Result<Count, String> {
-        match s.trim() {
+        match s.trim_matches(|c: char| c.is_ascii_whitespace()) {
             "unlimited" | "-1" => Ok(Count::Unlimited),
             t => t.parse::<u32>().map(Count::N).map_err(|_| {
                 format!("{s:?} is not a count: expected a whole number, unlimited or -1")
@@ -77,16 +78,25 @@ impl Serialize for Count {
 }
 
 impl<'de> Deserialize<'de> for Count {
-    /// A whole number, `-1` or `"unlimited"`.
+    /// A whole number (also written as a float with no fraction, `5.0` or `1e3`, which JSON
+    /// Schema's `integer` takes too: `crate::config::schema::count`), `-1`, or a string that
+    /// [`Count::parse`] takes.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
             Int(i64),
+            Float(f64),
             Text(String),
         }
-        let text = match Raw::deserialize(d)? {
+        let text = match Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("not a count: expected a whole number, unlimited or -1")
+        })? {
             Raw::Int(i) => i.to_string(),
+            Raw::Float(f) if f.fract() == 0.0 && (-1.0..=f64::from(u32::MAX)).contains(&f) => {
+                (f as i64).to_string()
+            }
+            Raw::Float(f) => f.to_string(),
             Raw::Text(t) => t,
         };
         Count::parse(&text).map_err(serde::de::Error::custom)
@@ -133,7 +143,7 @@ impl Within {
         let mut w = Within::default();
         let mut seen = String::new();
         let mut digits = String::new();
-        for c in s.trim().chars() {
+        for c in s.trim_matches(|c: char| c.is_ascii_whitespace()).chars() {
             if c.is_ascii_digit() {
                 digits.push(c);
                 continue;

@@ -31,6 +31,7 @@ fn backup(s: &dyn Storage, id: &str, created: i64, completed: bool) {
         last_message_timestamp: None,
         messages_unacknowledged_at_start: None,
         messages_left_out: None,
+        delivery_counts_raised: None,
         consumer_offsets: Default::default(),
     });
     s.put_bytes(&seg, b"x").unwrap();

@@ -118,4 +118,12 @@ impl Storage for Hooked {
     fn location(&self) -> String {
         self.inner.location()
     }
+    fn retained_until(&self, key: &str) -> rmq_backup::Result<Option<i64>> {
+        self.read(key)?;
+        self.inner.retained_until(key)
+    }
+    fn latest_retention(&self, prefix: &str) -> rmq_backup::Result<Option<i64>> {
+        self.read(prefix)?;
+        self.inner.latest_retention(prefix)
+    }
 }

@@ -18,6 +18,7 @@ pub mod buckets;
 pub mod cluster;
 pub mod hooked_storage;
 pub mod http_proxy;
+pub mod proton;
 pub mod proxy;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -151,6 +151,9 @@ pub enum Change {
         after: Option<String>,
         why: String,
     },
+    /// A non-durable, non-exclusive queue declared durable: the target denies the deprecated
+    /// feature `transient_nonexcl_queues` (`super::deprecated`).
+    MadeDurable { vhost: String, queue: String },
     /// A mirroring policy whose pattern the `regex` crate cannot evaluate: the queues it
     /// mirrored are not known, and not converted.
     UnreadablePattern {
@@ -245,6 +248,10 @@ impl fmt::Display for Change {
                     "queue {queue} in vhost {vhost}: policy {before} applied to it in the backup, {after}: {why}"
                 )
             }
+            Change::MadeDurable { vhost, queue } => write!(
+                f,
+                "queue {queue} in vhost {vhost}: declared durable: it was transient (non-durable, non-exclusive), and the target denies the deprecated feature transient_nonexcl_queues (it would leave the queue out of the import silently); its messages are restored into it"
+            ),
             Change::UnreadablePattern {
                 vhost,
                 policy,

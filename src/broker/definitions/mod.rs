@@ -13,8 +13,11 @@
 //!
 //! - this file: export, reading a stored file, import, compression;
 //! - `select`: `definitions_selection` and the name mappings;
-//! - `migrate`: a 3.x export made importable by 4.x; `policy`: which policy applied to a queue.
+//! - `migrate`: a 3.x export made importable by 4.x; `policy`: which policy applied to a queue;
+//! - `deprecated`: what a target that denies deprecated features would leave out (transient
+//!   queues, declared durable).
 
+pub mod deprecated;
 mod migrate;
 mod policy;
 mod select;
@@ -95,7 +98,33 @@ pub fn export(
         user_count: count("users"),
         size_bytes: raw.len() as u64,
         encryption: encrypt.map(|_| encryption::SCHEME.to_string()),
+        checksum: Some(sha256_hex(&data)),
     })
+}
+
+/// The lowercase hex SHA-256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    crate::repository::segment::hex_lower(&sha2::Sha256::digest(data))
+}
+
+/// Checks the stored bytes of the definitions export against the manifest's `checksum`
+/// (nothing to check in a backup made before it was recorded).
+///
+/// Errors: `Serialization error: {key}: SHA-256 mismatch: expected {manifest}, got {stored}:
+/// the definitions export was altered or replaced`.
+pub fn check_stored(entry: &DefinitionsBackup, stored: &[u8]) -> Result<()> {
+    let Some(expected) = &entry.checksum else {
+        return Ok(());
+    };
+    let got = sha256_hex(stored);
+    if &got != expected {
+        return Err(Error::Serialization(format!(
+            "{}: SHA-256 mismatch: expected {expected}, got {got}: the definitions export was altered or replaced",
+            entry.key
+        )));
+    }
+    Ok(())
 }
 
 /// What an import did or, in a dry run, would do.
@@ -118,22 +147,38 @@ pub struct ImportSummary {
     pub converted: Vec<(String, String)>,
 }
 
-/// The definitions JSON of a backup: fetched, decrypted with `keys` when stored encrypted
-/// (`entry.encryption`), decompressed.
+/// The definitions JSON of a backup: fetched, then [`decode_stored`].
 ///
-/// Errors: the storage's; `Encryption error:` for an encrypted file without `keys`, with the
-/// wrong ones, or damaged; decompression errors.
+/// Errors: the storage's; those of [`decode_stored`].
 pub fn read_stored(
     storage: &dyn Storage,
     entry: &DefinitionsBackup,
     keys: Option<&Identities>,
 ) -> Result<Vec<u8>> {
-    let stored = storage.get_bytes(&entry.key)?;
+    decode_stored(entry, &storage.get_bytes(&entry.key)?, keys)
+}
+
+/// The definitions JSON of the stored export `stored`: checked against the manifest's SHA-256
+/// when it records one ([`check_stored`]), decrypted with `keys` when stored encrypted
+/// (`entry.encryption`), decompressed. The bytes checked are the bytes decoded.
+///
+/// Errors: those of [`check_stored`]; `Encryption error:` for an encrypted file without
+/// `keys`, with the wrong ones, or damaged; decompression errors.
+pub fn decode_stored(
+    entry: &DefinitionsBackup,
+    stored: &[u8],
+    keys: Option<&Identities>,
+) -> Result<Vec<u8>> {
+    check_stored(entry, stored)?;
+    let decrypted;
     let compressed = match entry.encryption.as_deref() {
         None => stored,
-        Some(encryption::SCHEME) => keys
-            .ok_or_else(|| encryption::missing_identity(&entry.key))?
-            .decrypt_bytes(&stored, &entry.key)?,
+        Some(encryption::SCHEME) => {
+            decrypted = keys
+                .ok_or_else(|| encryption::missing_identity(&entry.key))?
+                .decrypt_bytes(stored, &entry.key)?;
+            &decrypted[..]
+        }
         Some(other) => {
             return Err(Error::Encryption(format!(
                 "{} is stored with encryption {other:?}, which this version does not read",
@@ -141,7 +186,7 @@ pub fn read_stored(
             )))
         }
     };
-    decompress(&compressed, Compression::from_key(&entry.key))
+    decompress(compressed, Compression::from_key(&entry.key))
 }
 
 /// Restores the definitions of a backup into the target broker (or, with
@@ -171,11 +216,17 @@ pub fn import(
     let doc: Value = serde_json::from_slice(&raw).map_err(|e| {
         Error::Serialization(format!("definitions file {} is not JSON: {e}", entry.key))
     })?;
-    let (doc, changes) = prepare(doc, opts, target)?;
+    // Which deprecated features the target denies (4.x: a denied transient queue would be left
+    // out of the import without a word).
+    let denied = match target {
+        Some(v) if migrate::needed(v) => mgmt.denied_deprecated_features()?,
+        _ => Vec::new(),
+    };
+    let (doc, changes) = prepare(doc, opts, target, &denied)?;
     let mut summary = summarize(&doc);
     summary.target_version = target;
     match target {
-        Some(v) if migrate::needed(v) => {
+        Some(v) if migrate::needed(v) || !changes.is_empty() => {
             for c in &changes {
                 log::warn!("definitions for RabbitMQ {v}: {c}");
             }
@@ -239,11 +290,15 @@ pub fn import(
 /// decided on the whole export: a selection of queues keeps no policy), then renamed by the
 /// mappings. Returns the changes the migration made (names as in the backup), in order.
 ///
+/// `denied`: the deprecated features the target denies
+/// (`ManagementClient::denied_deprecated_features`; [`deprecated`]).
+///
 /// Errors: those of [`select`].
 pub fn prepare(
     doc: Value,
     opts: &RestoreOptions,
     target: Option<BrokerVersion>,
+    denied: &[String],
 ) -> Result<(Value, Vec<Change>)> {
     let migrating = target.is_some_and(migrate::needed);
     let mirrored = match opts.convert_mirrored_queues {
@@ -260,6 +315,12 @@ pub fn prepare(
             &mut doc,
             mirrored.as_ref().map(|(queues, _)| queues),
         ));
+    }
+    if denied
+        .iter()
+        .any(|f| f == deprecated::TRANSIENT_NONEXCL_QUEUES)
+    {
+        changes.extend(deprecated::make_durable(&mut doc));
     }
     Ok((rename(doc, opts), changes))
 }

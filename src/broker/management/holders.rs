@@ -15,7 +15,8 @@ use serde_json::Value;
 /// A queue's counts and consumers as the management API reports them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueHolders {
-    /// `messages`: ready + unacknowledged.
+    /// `messages`: ready + unacknowledged (not the messages waiting for a delayed retry, which
+    /// RabbitMQ 4.3 counts in `messages` too).
     pub messages: u64,
     /// `messages_ready`.
     pub ready: u64,
@@ -51,6 +52,8 @@ struct RawQueue {
     messages_ready: Option<u64>,
     #[serde(default)]
     messages_unacknowledged: Option<u64>,
+    #[serde(default)]
+    messages_delayed: Option<u64>,
     #[serde(default)]
     consumer_details: Option<Value>,
 }
@@ -91,10 +94,13 @@ impl ManagementClient {
         );
         let raw: RawQueue = self.get_json(
             &path,
-            Some("columns=messages,messages_ready,messages_unacknowledged,consumer_details"),
+            Some("columns=messages,messages_ready,messages_unacknowledged,messages_delayed,consumer_details"),
         )?;
         let mut holders = QueueHolders {
-            messages: raw.messages.unwrap_or(0),
+            messages: raw
+                .messages
+                .unwrap_or(0)
+                .saturating_sub(raw.messages_delayed.unwrap_or(0)),
             ready: raw.messages_ready.unwrap_or(0),
             unacknowledged: raw.messages_unacknowledged.unwrap_or(0),
             statistics: raw.messages.is_some()

@@ -18,9 +18,11 @@
 
 mod api;
 mod holders;
+mod policies;
 
 pub use api::{Listener, NodeMemory, Overview, QueueInfo};
 pub use holders::{ConsumerInfo, QueueHolders};
+pub use policies::{PolicyInfo, PolicyKind};
 
 use crate::error::{mask_url, Error, Result};
 use base64::Engine as _;
@@ -43,7 +45,7 @@ const ATTEMPTS: u32 = 3;
 /// Columns requested from `/api/queues` to keep the payload small.
 const QUEUE_COLUMNS: &str = "vhost,name,type,messages,messages_ready,messages_unacknowledged,\
 durable,auto_delete,exclusive,arguments,policy,effective_policy_definition,node,leader,state,message_bytes,\
-delivery_limit";
+delivery_limit,messages_delayed,last_delayed_at,delayed_retry";
 
 /// Characters left as they are in a path segment: ASCII letters, digits, `-`, `_`, `~`, `.`
 /// (RFC 3986 unreserved). Everything else, including `/`, `+`, `%` and space, is percent-encoded.
@@ -390,6 +392,7 @@ impl ManagementClient {
             if let Some(reason) = reason.filter(|r| !login_failed(r)) {
                 message.push_str(": ");
                 message.push_str(&reason);
+                message.push_str(crate::broker::permissions::explain_management(&reason));
             }
         }
         Err(Error::Management(message))

@@ -109,7 +109,7 @@ fn the_queues_of_named_vhosts_are_listed_by_vhost() {
     );
     // The same entries as the listing of every vhost gives for them.
     let all = c.list_queues().expect("all");
-    for q in c.list_queues_in(&[b.name.clone()]).expect("b") {
+    for q in c.list_queues_in(std::slice::from_ref(&b.name)).expect("b") {
         let same = all.iter().find(|o| o.vhost == q.vhost && o.name == q.name);
         assert_eq!(
             same.map(|o| (&o.arguments, o.durable, &o.type_name)),

@@ -24,7 +24,11 @@
 //! and each window given back with one `basic.nack(multiple, requeue)` before its channel
 //! closes, which leaves the count alone. With [`ReadPlan::delivery_limit`] (a limit the
 //! broker counts every return against) the read stops at the first message whose return
-//! would leave it at the limit ([`ReadOutcome::at_limit`]).
+//! would leave it at the limit ([`ReadOutcome::at_limit`]), and its consumer windows start at
+//! one message and double (1, 2, 4, ...), so that a stop holds at most about twice what the
+//! read had looked at: every message held goes back with one count more. [`Held`] counts what
+//! a read took and the highest `x-delivery-count` among it, for the caller to record even
+//! when the read fails.
 //!
 //! The give-back happens after the whole depth is held, never message by message while
 //! reading: a requeued message goes back to the head of the queue and would be read again.
@@ -39,15 +43,20 @@
 //! gets more consumers, each on its own channel, each opened only after the previous one holds
 //! its full window: that keeps the delivery order (ENVIRONMENT.md, broker behaviours).
 
+mod amqp091;
+mod amqp10;
 mod give_back;
+
+pub use amqp091::read_queue;
+
+pub use amqp10::GIVE_BACK as AMQP10_GIVE_BACK;
 
 pub(crate) use give_back::return_wait;
 
-use crate::broker::amqp::{Channel, Connection, Consumer, Delivery, FieldTable, FieldValue};
+use crate::broker::amqp::{Channel, Connection, Delivery, FieldValue};
 use crate::broker::QueueType;
 use crate::config::RequeueStrategy;
 use crate::error::{Error, Result};
-use give_back::{give_back_in_order, nack_all, ready, wait_until_ready, GiveBack};
 use std::time::{Duration, Instant};
 
 /// Largest prefetch one consumer can have: the AMQP `prefetch-count` field is a u16.
@@ -64,6 +73,24 @@ const POLL_MS: u64 = 2_000;
 
 /// How long the queue may stay silent while it reports ready messages before the read fails.
 const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// The error of a read that got no delivery for [`STALL_LIMIT`] since `last_delivery` while
+/// `queue` still reported ready messages (`read` of `depth` taken; `over`: how, e.g.
+/// " over AMQP 1.0"), `None` while it is within the limit.
+fn stalled(
+    last_delivery: Instant,
+    queue: &str,
+    read: u64,
+    depth: u64,
+    over: &str,
+) -> Option<Error> {
+    (last_delivery.elapsed() > STALL_LIMIT).then(|| {
+        Error::Amqp(format!(
+            "no delivery from queue {queue} for {} s ({read} of {depth} messages read{over}); the backup of this queue is incomplete",
+            STALL_LIMIT.as_secs()
+        ))
+    })
+}
 
 /// How a queue is read and given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,375 +153,106 @@ pub fn delivery_count(d: &Delivery) -> u64 {
         .unwrap_or(0)
 }
 
-/// Reads the first `depth` messages of `queue` (its ready count a moment ago) on `conn` as
-/// `plan` says, handing each delivery to `sink` in queue order, then gives every message back
-/// to the broker. `control` is a channel of `conn` for passive declares (depth checks); it may
-/// serve queue after queue (a broker error on it, such as `NOT_FOUND`, closes it).
-///
-/// A classic queue of at most [`SMALL_QUEUE`] messages is read with `basic.get` on `control`
-/// whatever the strategy, and given back with one `basic.nack(multiple, requeue)`: the same end
-/// state (every message requeued in place, `redelivered` set) without a channel opened and
-/// closed for it, which costs the broker more than the read (issue "Clusters and scale-out":
-/// thousands of small queues).
-///
-/// `sink` may fail (storage, encoding): the read stops and the messages are still given back.
-/// `should_stop` is polled between deliveries; when it returns `Some(reason)` the read stops
-/// with `Error::Connection(reason)`, messages given back.
-///
-/// Errors: AMQP errors of the broker (`NOT_FOUND - no queue ...`, `ACCESS_REFUSED ...`), a lost
-/// connection, or a queue that stays silent for 120 s while reporting ready messages.
+/// What a read has taken so far (every delivery it holds, given back when it ends): how many
+/// messages, and the highest `x-delivery-count` among them (see [`delivery_count`]). The
+/// caller keeps it, so that it still knows after a read that failed (a lost connection gives
+/// every held message back, counted).
+#[derive(Debug, Default)]
+pub struct Held {
+    messages: std::cell::Cell<u64>,
+    max_count: std::cell::Cell<Option<u64>>,
+}
+
+impl Held {
+    /// Counts delivery `d` as held.
+    pub fn note(&self, d: &Delivery) {
+        self.messages.set(self.messages.get() + 1);
+        let c = delivery_count(d);
+        self.max_count
+            .set(Some(self.max_count.get().map_or(c, |m| m.max(c))));
+    }
+
+    /// Counts a delivery whose failed-delivery count is `count` as held (an AMQP 1.0
+    /// delivery's header `delivery-count`).
+    pub fn note_count(&self, count: u64) {
+        self.messages.set(self.messages.get() + 1);
+        self.max_count
+            .set(Some(self.max_count.get().map_or(count, |m| m.max(count))));
+    }
+
+    /// Messages taken.
+    pub fn messages(&self) -> u64 {
+        self.messages.get()
+    }
+
+    /// The highest `x-delivery-count` among them (`None`: none taken).
+    pub fn max_delivery_count(&self) -> Option<u64> {
+        self.max_count.get()
+    }
+}
+
+/// Where a queue is read from: the one interface a job reads a queue through, whatever the
+/// protocol (issue 39).
+#[derive(Clone, Copy)]
+pub enum Source<'a> {
+    /// AMQP 0-9-1, the queue thread's connection ([`read_queue`]).
+    Amqp091(&'a Connection),
+    /// AMQP 1.0 on RabbitMQ 4.0+ (`amqp10.rs`).
+    Amqp10(&'a crate::broker::amqp10::Connection),
+}
+
+/// One message read, as its protocol delivered it (moved once per message: not boxed).
+#[allow(clippy::large_enum_variant)]
+pub enum Incoming {
+    /// A 0-9-1 delivery.
+    Amqp091(Delivery),
+    /// An AMQP 1.0 delivery, split into the message its publisher sent and the broker's
+    /// state (`crate::broker::amqp10::message`); `position` is its place in the read, from 1.
+    Amqp10 {
+        /// 1 for the first message read, and so on.
+        position: u64,
+        /// The message and what the broker added.
+        split: crate::broker::amqp10::message::Split,
+    },
+}
+
+/// Reads a queue from `source`: [`read_queue`] for 0-9-1, the AMQP 1.0 reader for AMQP 1.0,
+/// with the same arguments, contract and errors; `control` is a 0-9-1 channel for depth
+/// checks in both cases.
 #[allow(clippy::too_many_arguments)]
-pub fn read_queue(
-    conn: &Connection,
+pub fn read(
+    source: Source,
     control: &Channel,
     queue: &str,
     depth: u64,
     queue_type: QueueType,
     plan: ReadPlan,
-    sink: &mut dyn FnMut(Delivery) -> Result<()>,
+    sink: &mut dyn FnMut(Incoming) -> Result<()>,
+    held: &Held,
     should_stop: &dyn Fn() -> Option<String>,
 ) -> Result<ReadOutcome> {
-    let small = queue_type == QueueType::Classic && depth <= SMALL_QUEUE;
-    let strategy = plan.strategy;
-    if small {
-        // A debug line: thousands of small queues would bury the rest.
-        log::debug!("queue {queue}: {depth} messages at start, read with basic.get");
-    } else if plan.quorum_nack {
-        log::info!("queue {queue}: {depth} messages at start, read with consumers, given back with basic.nack");
-    } else {
-        log::info!("queue {queue}: {depth} messages at start, read with strategy {strategy:?}");
-    }
-    let mut outcome = ReadOutcome {
-        depth_at_start: depth,
-        read: 0,
-        at_limit: None,
-    };
-    if depth == 0 {
-        return Ok(outcome);
-    }
-    let quorum = queue_type == QueueType::Quorum;
-    let read = QueueRead {
-        conn,
-        control,
-        queue,
-        queue_type,
-        depth,
-        strategy,
-        quorum_nack: plan.quorum_nack && quorum,
-        delivery_limit: plan.delivery_limit.filter(|_| quorum),
-        should_stop,
-    };
-    let result = match strategy {
-        _ if small => read.small(sink, &mut outcome),
-        _ if read.quorum_nack || read.delivery_limit.is_some() => {
-            read.by_consume(sink, &mut outcome)
-        }
-        RequeueStrategy::Cancel | RequeueStrategy::Reject => read.by_consume(sink, &mut outcome),
-        RequeueStrategy::Nack | RequeueStrategy::Get => read.by_get(sink, &mut outcome),
-    };
-    result?;
-    Ok(outcome)
-}
-
-/// One read of one queue: what every strategy needs.
-struct QueueRead<'a> {
-    conn: &'a Connection,
-    /// A channel of its own for passive declares (depth checks).
-    control: &'a Channel,
-    queue: &'a str,
-    queue_type: QueueType,
-    /// Ready messages at start: the read stops there.
-    depth: u64,
-    strategy: RequeueStrategy,
-    /// [`ReadPlan::quorum_nack`], for a quorum queue.
-    quorum_nack: bool,
-    /// [`ReadPlan::delivery_limit`], for a quorum queue.
-    delivery_limit: Option<u64>,
-    should_stop: &'a dyn Fn() -> Option<String>,
-}
-
-/// One consumer with its own channel and the delivery tags it holds.
-struct Window {
-    channel: Channel,
-    consumer: Consumer,
-    size: u64,
-    /// Deliveries this consumer holds.
-    held: u64,
-    /// Their delivery tags, kept only when each must be rejected one by one.
-    tags: Vec<u64>,
-}
-
-impl QueueRead<'_> {
-    /// `cancel` and `reject`: consumer windows, then cancel (and reject each delivery).
-    fn by_consume(
-        &self,
-        sink: &mut dyn FnMut(Delivery) -> Result<()>,
-        outcome: &mut ReadOutcome,
-    ) -> Result<()> {
-        let Self {
+    match source {
+        Source::Amqp091(conn) => read_queue(
             conn,
             control,
             queue,
             depth,
-            strategy,
-            ..
-        } = *self;
-        let mut windows: Vec<Window> = Vec::new();
-        let read = (|| -> Result<()> {
-            let mut last_delivery = Instant::now();
-            while outcome.read < depth {
-                if let Some(reason) = (self.should_stop)() {
-                    return Err(Error::Connection(reason));
-                }
-                let need_new = windows.last().is_none_or(|w| w.held >= w.size);
-                if need_new {
-                    let size = (depth - outcome.read).min(MAX_WINDOW);
-                    windows.push(open_window(conn, queue, size, windows.len())?);
-                }
-                let Some(window) = windows.last_mut() else {
-                    // Cannot happen: a window was just opened.
-                    return Err(Error::Amqp(format!("queue {queue}: no consumer window")));
-                };
-                match window
-                    .consumer
-                    .recv_timeout(Duration::from_millis(POLL_MS))?
-                {
-                    Some(delivery) => {
-                        last_delivery = Instant::now();
-                        window.held += 1;
-                        if strategy == RequeueStrategy::Reject {
-                            window.tags.push(delivery.delivery_tag);
-                        }
-                        if let Some(limit) = self.delivery_limit {
-                            let count = delivery_count(&delivery);
-                            if count + 1 >= limit {
-                                log::warn!(
-                                    "queue {queue}: message {} delivered with x-delivery-count {count} (delivery limit {limit}): read stopped, every message given back",
-                                    outcome.read + 1
-                                );
-                                outcome.at_limit = Some(count);
-                                break;
-                            }
-                        }
-                        outcome.read += 1;
-                        sink(delivery)?;
-                    }
-                    None => {
-                        if queue_drained(control, queue, windows.len() as u32, outcome, depth)? {
-                            break;
-                        }
-                        if last_delivery.elapsed() > STALL_LIMIT {
-                            return Err(Error::Amqp(format!(
-                                "no delivery from queue {queue} for {} s ({} of {depth} messages read); the backup of this queue is incomplete",
-                                STALL_LIMIT.as_secs(),
-                                outcome.read
-                            )));
-                        }
-                    }
-                }
-            }
-            Ok(())
-        })();
-        // Give everything back. First every consumer is cancelled (newest first), so that no
-        // consumer of ours receives what the others return; then each window's deliveries go
-        // back, oldest first; on a quorum queue each window is seen back in the queue before
-        // the next goes (returns are applied asynchronously, in order only one batch at a
-        // time). Classic queues put requeued messages back in their places.
-        let given_back_at = Instant::now();
-        log::debug!(
-            "queue {queue}: {} messages read on {} consumer(s); giving them back",
-            outcome.read,
-            windows.len()
-        );
-        let mut give_back: Result<()> = Ok(());
-        for window in windows.iter().rev() {
-            if let Err(e) = window.channel.basic_cancel(window.consumer.tag()) {
-                give_back = give_back.and(Err(e));
-            }
-        }
-        let ready_before = ready(control, queue);
-        let mut returned = 0u64;
-        let count = windows.len();
-        for (i, window) in windows.into_iter().enumerate() {
-            returned += window.held;
-            let more = i + 1 < count && self.queue_type == QueueType::Quorum;
-            let r = (|| -> Result<()> {
-                if self.quorum_nack {
-                    // Closed only once the nack is applied: a close would count.
-                    if let Ok(before) = &ready_before {
-                        nack_all(&window.channel, control, queue, before + returned)?;
-                    } else {
-                        window.channel.basic_nack(0, true, true)?;
-                    }
-                } else if strategy == RequeueStrategy::Reject {
-                    give_back_in_order(
-                        &window.channel,
-                        control,
-                        queue,
-                        self.queue_type,
-                        &window.tags,
-                        GiveBack::RejectEach,
-                    )?;
-                }
-                window.channel.close()?;
-                if let (true, false, Ok(before)) = (more, self.quorum_nack, &ready_before) {
-                    wait_until_ready(control, queue, before + returned)?;
-                }
-                Ok(())
-            })();
-            if give_back.is_ok() {
-                give_back = r;
-            }
-        }
-        if let (Ok(()), Ok(before)) = (&give_back, ready_before) {
-            give_back = wait_until_ready(control, queue, before + returned).map(drop);
-        }
-        log::debug!(
-            "queue {queue}: messages given back in {} ms",
-            given_back_at.elapsed().as_millis()
-        );
-        read?;
-        give_back
-    }
-}
-
-fn open_window(conn: &Connection, queue: &str, size: u64, index: usize) -> Result<Window> {
-    let channel = conn.open_channel()?;
-    // `size` is at most MAX_WINDOW, so it fits the u16 prefetch field.
-    let prefetch = u16::try_from(size).unwrap_or(u16::MAX);
-    channel.basic_qos(prefetch, false)?;
-    let tag = format!("rmq-backup-{}-{index}", std::process::id());
-    let consumer = channel.basic_consume(queue, &tag, false, false, &FieldTable::new())?;
-    log::debug!("queue {queue}: consumer {tag} opened with prefetch {prefetch}");
-    Ok(Window {
-        channel,
-        consumer,
-        size,
-        held: 0,
-        tags: Vec::new(),
-    })
-}
-
-/// True when the queue has no ready message left for us *and* another consumer exists (it
-/// took the rest while we read): the read then ends with what it holds. With no other
-/// consumer, messages not yet delivered are on their way to ours (a consumer's window is the
-/// whole remaining depth), so the read goes on waiting.
-fn queue_drained(
-    control: &Channel,
-    queue: &str,
-    our_consumers: u32,
-    outcome: &ReadOutcome,
-    depth: u64,
-) -> Result<bool> {
-    let ok = control.queue_declare_passive(queue)?;
-    if ok.message_count == 0 && ok.consumer_count > our_consumers {
-        log::warn!(
-            "queue {queue} held {depth} messages at start but only {} were left to read: another consumer took the rest",
-            outcome.read
-        );
-        return Ok(true);
-    }
-    Ok(false)
-}
-
-impl QueueRead<'_> {
-    /// A small classic queue (see [`read_queue`]): `basic.get` on the control channel, then
-    /// one `basic.nack(last, multiple, requeue)`, then a passive declare that sees them back
-    /// (the broker applies the nack before it answers the declare sent after it on the same
-    /// channel).
-    fn small(
-        &self,
-        sink: &mut dyn FnMut(Delivery) -> Result<()>,
-        outcome: &mut ReadOutcome,
-    ) -> Result<()> {
-        let Self {
-            control,
-            queue,
-            depth,
-            ..
-        } = *self;
-        // The last delivery tag and the ready count its get-ok reported.
-        let mut last: Option<(u64, u32)> = None;
-        let read = (|| -> Result<()> {
-            while outcome.read < depth {
-                if let Some(reason) = (self.should_stop)() {
-                    return Err(Error::Connection(reason));
-                }
-                let Some(get) = control.basic_get(queue, false)? else {
-                    log::warn!(
-                        "queue {queue} held {depth} messages at start but only {} were left to read: another consumer took the rest",
-                        outcome.read
-                    );
-                    break;
-                };
-                last = Some((get.delivery.delivery_tag, get.message_count));
-                outcome.read += 1;
-                sink(get.delivery)?;
-            }
-            Ok(())
-        })();
-        let give_back = match last {
-            Some((tag, ready_after)) => control
-                .basic_nack(tag, true, true)
-                .and_then(|()| {
-                    wait_until_ready(control, queue, u64::from(ready_after) + outcome.read)
-                })
-                .map(drop),
-            None => Ok(()),
-        };
-        read?;
-        give_back
-    }
-
-    /// `nack` and `get`: `basic.get` each message, then nack them all.
-    fn by_get(
-        &self,
-        sink: &mut dyn FnMut(Delivery) -> Result<()>,
-        outcome: &mut ReadOutcome,
-    ) -> Result<()> {
-        let Self {
+            queue_type,
+            plan,
+            &mut |d| sink(Incoming::Amqp091(d)),
+            held,
+            should_stop,
+        ),
+        Source::Amqp10(conn) => amqp10::read_queue(
             conn,
             control,
             queue,
             depth,
-            strategy,
-            ..
-        } = *self;
-        let channel = conn.open_channel()?;
-        let mut tags: Vec<u64> = Vec::new();
-        let read = (|| -> Result<()> {
-            while outcome.read < depth {
-                if let Some(reason) = (self.should_stop)() {
-                    return Err(Error::Connection(reason));
-                }
-                match channel.basic_get(queue, false)? {
-                    Some(get) => {
-                        tags.push(get.delivery.delivery_tag);
-                        outcome.read += 1;
-                        sink(get.delivery)?;
-                    }
-                    None => {
-                        log::warn!(
-                        "queue {queue} held {depth} messages at start but only {} were left to read: another consumer took the rest",
-                        outcome.read
-                    );
-                        break;
-                    }
-                }
-            }
-            Ok(())
-        })();
-        let give_back = (|| -> Result<()> {
-            let how = match strategy {
-                RequeueStrategy::Get => GiveBack::NackMultiple,
-                _ => GiveBack::NackEach,
-            };
-            let before = ready(control, queue)?;
-            give_back_in_order(&channel, control, queue, self.queue_type, &tags, how)?;
-            channel.close()?;
-            wait_until_ready(control, queue, before + tags.len() as u64).map(drop)
-        })();
-        read?;
-        give_back
+            queue_type,
+            plan,
+            sink,
+            held,
+            should_stop,
+        ),
     }
 }

@@ -169,8 +169,14 @@ pub(super) fn expect_ok(code: u16, what: &str, endpoint: &str) -> Result<()> {
 }
 
 pub(super) fn stream_refused(what: &str, code: u16, endpoint: &str) -> Error {
+    let hint = if code == 0x10 {
+        " (the user needs the read permission on a stream it subscribes to, write on one it \
+         publishes to; see the book's \"Least privilege\")"
+    } else {
+        ""
+    };
     Error::Stream(format!(
-        "{what} refused by {endpoint}: {} (code {code:#04x})",
+        "{what} refused by {endpoint}: {} (code {code:#04x}){hint}",
         response_text(code)
     ))
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::body::{parse_compact, write_body};
 use super::tail::parse_tail;
-use super::{BackupHeaderValue, BackupProperties, BackupRecord};
+use super::{BackupHeaderValue, BackupProperties, BackupRecord, MessageFormat};
 use crate::error::{Error, Result};
 
 /// How every record encode_record writes begins.
@@ -31,6 +31,8 @@ pub(super) struct RecordTail<'a> {
     backed_up_at: i64,
     source_queue: &'a str,
     source_vhost: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_format: Option<MessageFormat>,
 }
 
 impl<'a> RecordTail<'a> {
@@ -46,7 +48,25 @@ impl<'a> RecordTail<'a> {
             backed_up_at: rec.backed_up_at,
             source_queue: &rec.source_queue,
             source_vhost: &rec.source_vhost,
+            message_format: rec.message_format,
         }
+    }
+}
+
+/// Refuses a record segment format version 1 cannot hold: one with a `message_format` (a
+/// version 1 reader ignores unknown keys, so it would take such a body for a 0-9-1 body).
+///
+/// Errors: `Error::Serialization` naming the queue and the record kind.
+pub fn check_version_1(rec: &BackupRecord) -> Result<()> {
+    match rec.message_format {
+        None => Ok(()),
+        Some(f) => Err(Error::Serialization(format!(
+            "A {} record (queue '{}' in vhost '{}') cannot be written in segment format version 1; \
+             queues read over AMQP 1.0 are written in version 2",
+            f.as_str(),
+            rec.source_queue,
+            rec.source_vhost
+        ))),
     }
 }
 
@@ -86,8 +106,25 @@ pub fn encode_record(rec: &BackupRecord, out: &mut Vec<u8>) {
 /// numbers) falls back to plain `serde_json::from_slice`, so the accepted language and the
 /// result are exactly serde_json's.
 ///
-/// Errors: `Error::Serialization` with serde_json's message when the JSON is not a valid record.
+/// Errors: `Error::Serialization` with serde_json's message when the JSON is not a valid record,
+/// or naming the kind when it holds a `message_format` (version 1 cannot hold one:
+/// [`check_version_1`]).
 pub fn decode_record(json: &[u8]) -> Result<BackupRecord> {
+    let rec = decode_any(json)?;
+    if rec.message_format.is_some() {
+        return Err(Error::Serialization(format!(
+            "Invalid backup record: a version 1 record with message_format {:?} (only segment \
+             format version 2 holds it)",
+            rec.message_format
+                .map(MessageFormat::as_str)
+                .unwrap_or_default()
+        )));
+    }
+    Ok(rec)
+}
+
+/// [`decode_record`] without its version 1 check.
+fn decode_any(json: &[u8]) -> Result<BackupRecord> {
     if let Some((body, vstart, vend)) = locate_body(json) {
         // The compact form encode_record writes: the body first, then the tail parsed here.
         if json.starts_with(BODY_FIRST) && vstart == BODY_FIRST.len() {

@@ -8,6 +8,10 @@
 //! ```
 //!
 //! exactly the bytes version 1 writes after its `"body":[...]` member, with `{` for the `,`.
+//! A record whose body is not a 0-9-1 body adds one last key, `"message_format":"amqp-1.0"`
+//! (only here: version 1 cannot hold it). A reader older than the key refuses such a record
+//! (its compact path expects `}` after `source_vhost`, its serde_json path denies unknown
+//! fields), never reads its body as a 0-9-1 body.
 //! The body itself is stored beside it as raw bytes (`crate::repository::segment`), so neither side needs
 //! the JSON number array.
 
@@ -15,7 +19,7 @@ use serde::Deserialize;
 
 use super::codec::RecordTail;
 use super::tail::parse_meta;
-use super::{BackupProperties, BackupRecord, HeaderTable};
+use super::{BackupProperties, BackupRecord, HeaderTable, MessageFormat};
 use crate::error::{Error, Result};
 
 /// Appends the metadata JSON of `rec` (everything but its body) to `out`.
@@ -45,6 +49,8 @@ struct Meta {
     backed_up_at: i64,
     source_queue: String,
     source_vhost: String,
+    #[serde(default)]
+    message_format: Option<MessageFormat>,
 }
 
 /// Parses a version 2 record: its metadata JSON (as [`encode_meta`] writes it, or any JSON
@@ -70,6 +76,7 @@ pub fn decode_meta(meta: &[u8], body: Vec<u8>) -> Result<BackupRecord> {
         backed_up_at: m.backed_up_at,
         source_queue: m.source_queue,
         source_vhost: m.source_vhost,
+        message_format: m.message_format,
     })
 }
 
@@ -119,6 +126,7 @@ mod tests {
             backed_up_at: 1_700_000_000_123,
             source_queue: "q".into(),
             source_vhost: "/".into(),
+            message_format: None,
         }
     }
 

@@ -39,7 +39,7 @@ mod tail;
 #[cfg(test)]
 mod tests;
 
-pub use codec::{decode_record, encode_record};
+pub use codec::{check_version_1, decode_record, encode_record};
 pub use meta::{decode_meta, encode_meta};
 
 use serde::{Deserialize, Serialize};
@@ -78,6 +78,34 @@ pub struct BackupRecord {
     pub source_queue: String,
     /// Vhost of that queue.
     pub source_vhost: String,
+    /// What `body` holds when it is not a 0-9-1 message body (segment format version 2 only;
+    /// docs/segment-format.md "Record kinds"): absent (`None`, the key not written) for every
+    /// 0-9-1 record, so those encode to the same bytes as before the key existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_format: Option<MessageFormat>,
+}
+
+/// The kind of message a record's `body` holds, where it is not a 0-9-1 body (the JSON key
+/// `message_format`, written last and only in segment format version 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MessageFormat {
+    /// JSON `"amqp-1.0"`: `body` is an AMQP 1.0 message as its publisher sent it, the bare
+    /// message's sections (properties .. footer) byte for byte, with a header section only
+    /// when the publisher set one (without the broker's `delivery-count` and
+    /// `first-acquirer`); the broker's delivery and routing annotations are not kept (the
+    /// routing ones are the record's `exchange` / `routing_key`). `properties` and `headers`
+    /// stay empty.
+    #[serde(rename = "amqp-1.0")]
+    Amqp10,
+}
+
+impl MessageFormat {
+    /// The JSON spelling (`"amqp-1.0"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageFormat::Amqp10 => "amqp-1.0",
+        }
+    }
 }
 
 /// The AMQP basic properties of a record, headers excepted (SPEC.md BackupProperties).
@@ -202,6 +230,34 @@ impl BackupRecord {
             backed_up_at,
             source_queue: source_queue.to_string(),
             source_vhost: source_vhost.to_string(),
+            message_format: None,
+        }
+    }
+
+    /// Builds an AMQP 1.0 record (`message_format` `amqp-1.0`) from a delivery split by
+    /// `crate::broker::amqp10::message::split`: `body` the message its publisher sent, the
+    /// routing annotations as `exchange` / `routing_key`, `delivery_tag` the read position
+    /// (`position`, from 1), `redelivered` when the broker does not say this is the message's
+    /// first acquirer; `properties` and `headers` empty. `backed_up_at` is epoch milliseconds.
+    pub fn from_amqp10(
+        split: crate::broker::amqp10::message::Split,
+        position: u64,
+        source_queue: &str,
+        source_vhost: &str,
+        backed_up_at: i64,
+    ) -> BackupRecord {
+        BackupRecord {
+            body: split.message,
+            properties: BackupProperties::default(),
+            headers: Vec::new(),
+            exchange: split.exchange,
+            routing_key: split.routing_key,
+            delivery_tag: position,
+            redelivered: !split.first_acquirer,
+            backed_up_at,
+            source_queue: source_queue.to_string(),
+            source_vhost: source_vhost.to_string(),
+            message_format: Some(MessageFormat::Amqp10),
         }
     }
 

@@ -10,7 +10,7 @@
 //! 1.89-1.92 to 1.60-1.68 CPU-s (three runs each, alternating, on the same backup).
 
 use super::json::{f32_json, f64_json};
-use super::{BackupHeaderValue, BackupProperties, BackupRecord, HeaderTable};
+use super::{BackupHeaderValue, BackupProperties, BackupRecord, HeaderTable, MessageFormat};
 
 /// Tables and arrays nested deeper than this go to serde_json (which refuses more than 128
 /// levels of JSON nesting; each table or array level here is three).
@@ -79,6 +79,13 @@ fn parse_fields(s: &[u8], lead: u8) -> Option<BackupRecord> {
     let source_queue = c.string()?;
     c.lit(b",\"source_vhost\":")?;
     let source_vhost = c.string()?;
+    // Version 2 metadata only: the record kind, written last when there is one.
+    let message_format = if lead == b'{' && c.lit(b",\"message_format\":").is_some() {
+        c.lit(b"\"amqp-1.0\"")?;
+        Some(MessageFormat::Amqp10)
+    } else {
+        None
+    };
     c.lit(b"}")?;
     if c.i != s.len() {
         return None;
@@ -108,6 +115,7 @@ fn parse_fields(s: &[u8], lead: u8) -> Option<BackupRecord> {
         backed_up_at,
         source_queue,
         source_vhost,
+        message_format,
     })
 }
 

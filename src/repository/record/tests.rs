@@ -174,6 +174,7 @@ impl Rng {
             backed_up_at: self.next() as i64,
             source_queue: self.string(),
             source_vhost: self.string(),
+            message_format: None,
         }
     }
 }
@@ -212,6 +213,7 @@ fn sample_record() -> BackupRecord {
         backed_up_at: 1_700_000_000_000,
         source_queue: "q".into(),
         source_vhost: "/".into(),
+        message_format: None,
     }
 }
 
@@ -1280,4 +1282,91 @@ fn nested_tails_agree_with_serde_json() {
             assert_eq!(took_fast, depth <= 20, "{kind} {depth}");
         }
     }
+}
+
+/// An AMQP 1.0 record: version 2 metadata ends with the kind; a 0-9-1 record's bytes do not
+/// change; version 1 refuses the kind both ways; a reader that does not know the key (one
+/// whose metadata has no such field) refuses it rather than misreading it.
+#[test]
+fn message_format_is_version_2_only_and_last() {
+    let plain = sample_record();
+    let mut meta = Vec::new();
+    encode_meta(&plain, &mut meta);
+    assert!(meta.ends_with(b",\"source_queue\":\"q\",\"source_vhost\":\"/\"}"));
+    let rec = BackupRecord {
+        message_format: Some(MessageFormat::Amqp10),
+        properties: BackupProperties::default(),
+        headers: Vec::new(),
+        ..sample_record()
+    };
+    let mut meta10 = Vec::new();
+    encode_meta(&rec, &mut meta10);
+    let plain_props = {
+        let mut m = Vec::new();
+        encode_meta(
+            &BackupRecord {
+                properties: BackupProperties::default(),
+                headers: Vec::new(),
+                ..sample_record()
+            },
+            &mut m,
+        );
+        m
+    };
+    assert_eq!(
+        meta10,
+        [
+            &plain_props[..plain_props.len() - 1],
+            b",\"message_format\":\"amqp-1.0\"}".as_slice()
+        ]
+        .concat()
+    );
+    // Fast path and serde_json agree, and both keep the kind.
+    let back = decode_meta(&meta10, rec.body.clone()).unwrap();
+    assert_eq!(back, rec);
+    let v: serde_json::Value = serde_json::from_slice(&meta10).unwrap();
+    let pretty = serde_json::to_vec_pretty(&v).unwrap();
+    assert_eq!(decode_meta(&pretty, rec.body.clone()).unwrap(), rec);
+    // Another value of the key is refused, never read as 0-9-1.
+    let other = String::from_utf8(meta10.clone())
+        .unwrap()
+        .replace("amqp-1.0", "amqp-2.0");
+    assert!(decode_meta(other.as_bytes(), Vec::new()).is_err());
+    // Version 1: refused when writing and when reading.
+    let e = check_version_1(&rec).unwrap_err().to_string();
+    assert!(
+        e.starts_with("Serialization error: A amqp-1.0 record (queue 'q' in vhost '/')"),
+        "{e}"
+    );
+    assert!(check_version_1(&plain).is_ok());
+    let v1 = serde_json::to_vec(&rec).unwrap();
+    let e = decode_record(&v1).unwrap_err().to_string();
+    assert!(e.contains("message_format \"amqp-1.0\""), "{e}");
+    // A 0-9-1 record's version 1 bytes are serde_json's, without the key.
+    assert!(!encode(&plain).windows(14).any(|w| w == b"message_format"));
+    // A reader without the key: its metadata type denies unknown fields, and its compact
+    // path wants `}` after source_vhost (the same parser given a version 1 lead, which does
+    // not take the key, stands for it here).
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct OldMeta {
+        properties: BackupProperties,
+        headers: HeaderTable,
+        exchange: String,
+        routing_key: String,
+        delivery_tag: u64,
+        redelivered: bool,
+        backed_up_at: i64,
+        source_queue: String,
+        source_vhost: String,
+    }
+    let e = serde_json::from_slice::<OldMeta>(&meta10)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("unknown field `message_format`"), "{e}");
+    let mut as_tail = meta10.clone();
+    as_tail[0] = b',';
+    assert!(tail::parse_tail(&as_tail).is_none());
 }

@@ -20,6 +20,7 @@
 //! `Error::Serialization` with SPEC.md's messages, decompression failures `Error::Compression`,
 //! and local file failures `Error::Io`.
 
+mod checked;
 mod raw;
 mod reader;
 #[cfg(test)]

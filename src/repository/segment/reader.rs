@@ -1,11 +1,13 @@
 //! [`SegmentReader`]: verifies a local segment file (magic, version, compression, size, end
 //! magic, CRC32) before handing out its records, which [`Records`] decompresses and parses as it
-//! iterates.
+//! iterates; or, opened with [`SegmentReader::stream`], checks it in the pass that reads the
+//! records (`checked.rs`).
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom, Take};
 use std::path::{Path, PathBuf};
 
+use super::checked::{Input, Sums};
 use super::{
     io_err, ser, Compression, RawRecord, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN, IO_BUF,
     MAGIC, VERSION, VERSION_2,
@@ -26,10 +28,12 @@ pub const MAX_RECORD_BYTES: u64 = (2 << 30) + (64 << 20);
 /// [`SegmentReader::open`] checks, in order: magic, version, compression code, minimum size
 /// (40 bytes), end magic, and the CRC32 over header + payload (one streaming pass). The records
 /// are then read in a second streaming pass by [`SegmentReader::records`].
+/// [`SegmentReader::stream`] checks the header only, and the rest in the pass that reads the
+/// records.
 pub struct SegmentReader {
     path: PathBuf,
     header: SegmentHeader,
-    file: File,
+    input: Input,
     payload_len: u64,
     max_record: u64,
 }
@@ -62,30 +66,7 @@ impl SegmentReader {
             .len();
         let mut h = [0u8; 32];
         let got = read_full(&mut file, &mut h).map_err(|e| io_err("Failed to read", path, e))?;
-        if got < 4 || &h[0..4] != MAGIC {
-            return Err(ser("Invalid segment magic bytes"));
-        }
-        if got >= 5 && h[4] != VERSION && h[4] != VERSION_2 {
-            return Err(ser(format!("Unsupported segment version: {}", h[4])));
-        }
-        let compression = if got >= 6 {
-            Compression::from_code(h[5])
-                .ok_or_else(|| ser(format!("Unknown segment compression code: {}", h[5])))?
-        } else {
-            Compression::None
-        };
-        if len < HEADER_LEN + FOOTER_LEN {
-            return Err(ser(format!(
-                "Segment file too short: {len} bytes, a segment has at least 40"
-            )));
-        }
-        let header = SegmentHeader {
-            version: h[4],
-            compression,
-            record_count: u64::from_le_bytes(le8(&h[8..16])),
-            first_timestamp: i64::from_le_bytes(le8(&h[16..24])),
-            last_timestamp: i64::from_le_bytes(le8(&h[24..32])),
-        };
+        let header = parse_header(&h, got, len)?;
         let mut footer = [0u8; 8];
         file.seek(SeekFrom::Start(len - FOOTER_LEN))
             .and_then(|_| file.read_exact(&mut footer))
@@ -111,7 +92,40 @@ impl SegmentReader {
         Ok(SegmentReader {
             path: path.to_path_buf(),
             header,
+            input: Input { file, sums: None },
+            payload_len: len - HEADER_LEN - FOOTER_LEN,
+            max_record: MAX_RECORD_BYTES,
+        })
+    }
+
+    /// Opens the segment open as `file` (named `path` in messages) to be checked in the pass
+    /// that reads its records: here its header (magic, version, compression code, minimum
+    /// size); the end magic, the CRC32 and, when `sha256` is given, the SHA-256 of the whole
+    /// file as [`Records`] reads them, the last item it yields being the error when one
+    /// fails. So the bytes checked are the bytes decoded, read once (`checked.rs`), though a
+    /// record is handed out before the check of its segment ends: for readers whose verdict
+    /// comes at the end of a segment (`validate --deep`, `cat`), not for one that acts on each
+    /// record (a restore publishes: [`SegmentReader::verify`] a private copy).
+    ///
+    /// Errors: the header's, as [`SegmentReader::open`]; then, from the records, a failed
+    /// check (reported before a decoding error it causes): `Invalid segment end magic bytes`,
+    /// `CRC32 mismatch: ...`, `SHA-256 mismatch: expected {sha256}, got {file's}`.
+    pub fn stream(file: File, path: &Path, sha256: Option<&str>) -> Result<SegmentReader> {
+        let len = file
+            .metadata()
+            .map_err(|e| io_err("Failed to stat", path, e))?
+            .len();
+        let mut input = Input {
             file,
+            sums: Some(Sums::new(len.max(FOOTER_LEN), sha256)),
+        };
+        let mut h = [0u8; 32];
+        let got = read_full(&mut input, &mut h).map_err(|e| io_err("Failed to read", path, e))?;
+        let header = parse_header(&h, got, len)?;
+        Ok(SegmentReader {
+            path: path.to_path_buf(),
+            header,
+            input,
             payload_len: len - HEADER_LEN - FOOTER_LEN,
             max_record: MAX_RECORD_BYTES,
         })
@@ -143,27 +157,32 @@ impl SegmentReader {
         let SegmentReader {
             path,
             header,
-            mut file,
+            mut input,
             payload_len,
             max_record,
         } = self;
-        let source =
-            file.seek(SeekFrom::Start(HEADER_LEN))
-                .map_err(|e| io_err("Failed to read", &path, e))
-                .and_then(|_| {
-                    let raw = BufReader::with_capacity(IO_BUF, file.take(payload_len));
-                    Ok(match header.compression {
-                        Compression::None => Source::Plain(raw),
-                        Compression::Zstd => {
-                            Source::Zstd(zstd::stream::read::Decoder::with_buffer(raw).map_err(
-                                |e| Error::Compression(format!("Failed to start zstd: {e}")),
-                            )?)
-                        }
-                        Compression::Lz4 => Source::Lz4(lz4::Decoder::new(raw).map_err(|e| {
-                            Error::Compression(format!("Failed to start lz4: {e}"))
-                        })?),
-                    })
-                });
+        // A streamed file stands at the payload already (its header went through the sums).
+        let at_payload = match input.sums {
+            Some(_) => Ok(HEADER_LEN),
+            None => input.file.seek(SeekFrom::Start(HEADER_LEN)),
+        };
+        let source = at_payload
+            .map_err(|e| io_err("Failed to read", &path, e))
+            .and_then(|_| {
+                let raw = BufReader::with_capacity(IO_BUF, input.take(payload_len));
+                Ok(match header.compression {
+                    Compression::None => Source::Plain(raw),
+                    Compression::Zstd => {
+                        Source::Zstd(zstd::stream::read::Decoder::with_buffer(raw).map_err(
+                            |e| Error::Compression(format!("Failed to start zstd: {e}")),
+                        )?)
+                    }
+                    Compression::Lz4 => Source::Lz4(
+                        lz4::Decoder::new(raw)
+                            .map_err(|e| Error::Compression(format!("Failed to start lz4: {e}")))?,
+                    ),
+                })
+            });
         let (reader, pending) = match source {
             Ok(s) => (Some(BufReader::with_capacity(64 * 1024, s)), None),
             Err(e) => (None, Some(e)),
@@ -172,12 +191,42 @@ impl SegmentReader {
             path,
             header,
             reader,
+            left: None,
             pending_error: pending,
             max_record,
             count: 0,
             done: false,
         }
     }
+}
+
+/// The header of a file of `len` bytes whose first `got` bytes (at most 32) are `h`: magic,
+/// version, compression code, minimum size, in this order.
+fn parse_header(h: &[u8; 32], got: usize, len: u64) -> Result<SegmentHeader> {
+    if got < 4 || &h[0..4] != MAGIC {
+        return Err(ser("Invalid segment magic bytes"));
+    }
+    if got >= 5 && h[4] != VERSION && h[4] != VERSION_2 {
+        return Err(ser(format!("Unsupported segment version: {}", h[4])));
+    }
+    let compression = if got >= 6 {
+        Compression::from_code(h[5])
+            .ok_or_else(|| ser(format!("Unknown segment compression code: {}", h[5])))?
+    } else {
+        Compression::None
+    };
+    if len < HEADER_LEN + FOOTER_LEN {
+        return Err(ser(format!(
+            "Segment file too short: {len} bytes, a segment has at least 40"
+        )));
+    }
+    Ok(SegmentHeader {
+        version: h[4],
+        compression,
+        record_count: u64::from_le_bytes(le8(&h[8..16])),
+        first_timestamp: i64::from_le_bytes(le8(&h[16..24])),
+        last_timestamp: i64::from_le_bytes(le8(&h[24..32])),
+    })
 }
 
 pub(super) fn le8(b: &[u8]) -> [u8; 8] {
@@ -231,7 +280,7 @@ fn checksums(file: &mut File, crc_len: u64, sha: bool) -> std::io::Result<(u32, 
     ))
 }
 
-type Raw = BufReader<Take<File>>;
+type Raw = BufReader<Take<Input>>;
 
 enum Source {
     Plain(Raw),
@@ -255,6 +304,8 @@ pub struct Records {
     path: PathBuf,
     header: SegmentHeader,
     reader: Option<BufReader<Source>>,
+    /// The file under a finished decompressor, until its check ([`Records::conclude`]).
+    left: Option<Raw>,
     pending_error: Option<Error>,
     max_record: u64,
     count: u64,
@@ -270,6 +321,18 @@ impl Records {
     /// Records handed out so far.
     pub fn records_read(&self) -> u64 {
         self.count
+    }
+
+    /// Ends the iteration on a caller's error `e` about a record it was handed (one that does
+    /// not decode as a BackupRecord, say): a segment opened with [`SegmentReader::stream`] is
+    /// checked first, the rest of its file read, and a failed check (`CRC32 mismatch: ...`,
+    /// `SHA-256 mismatch: ...`, ...) is returned in place of `e`, as the damage that explains
+    /// it; otherwise `e`.
+    pub fn fail(mut self, e: Error) -> Error {
+        match self.conclude(Err(e)) {
+            Err(e) => e,
+            Ok(()) => ser("a failed record was concluded as good"),
+        }
     }
 
     fn read_error(&self, e: std::io::Error) -> Error {
@@ -349,20 +412,24 @@ impl Records {
         let Some(reader) = self.reader.take() else {
             return Ok(());
         };
-        let raw = match reader.into_inner() {
-            Source::Plain(_) | Source::Zstd(_) => return Ok(()),
+        let (raw, lz4_end) = match reader.into_inner() {
+            Source::Plain(raw) => (raw, Ok(())),
+            Source::Zstd(dec) => (dec.finish(), Ok(())),
             Source::Lz4(dec) => {
                 let (raw, res) = dec.finish();
-                if res.is_err() {
-                    return Err(Error::Compression(format!(
-                        "Failed to decompress lz4 segment {}: truncated lz4 frame",
-                        self.path.display()
-                    )));
-                }
-                raw
+                (raw, res)
             }
         };
-        let mut raw = raw;
+        let raw = self.left.insert(raw);
+        if lz4_end.is_err() {
+            return Err(Error::Compression(format!(
+                "Failed to decompress lz4 segment {}: truncated lz4 frame",
+                self.path.display()
+            )));
+        }
+        if self.header.compression != Compression::Lz4 {
+            return Ok(());
+        }
         let mut probe = [0u8; 1];
         match raw.read(&mut probe) {
             Ok(0) => Ok(()),
@@ -372,6 +439,27 @@ impl Records {
             ))),
             Err(e) => Err(io_err("Failed to read", &self.path, e)),
         }
+    }
+
+    /// Ends the iteration with `outcome`; a segment opened with [`SegmentReader::stream`] is
+    /// checked first (the rest of its file read through its sums), and a failed check is
+    /// the error, whatever `outcome` says: the damage it shows explains a decoding error.
+    fn conclude(&mut self, outcome: Result<()>) -> Result<()> {
+        self.done = true;
+        let raw = match self.reader.take() {
+            Some(reader) => Some(match reader.into_inner() {
+                Source::Plain(raw) => raw,
+                Source::Zstd(dec) => dec.finish(),
+                Source::Lz4(dec) => dec.finish().0,
+            }),
+            None => self.left.take(),
+        };
+        let Some(raw) = raw else {
+            return outcome;
+        };
+        let input = raw.into_inner().into_inner();
+        input.settle(&self.path)?;
+        outcome
     }
 }
 
@@ -383,8 +471,7 @@ impl Iterator for Records {
             return None;
         }
         if let Some(e) = self.pending_error.take() {
-            self.done = true;
-            return Some(Err(e));
+            return self.conclude(Err(e)).err().map(Err);
         }
         match self.read_record() {
             Ok(Some(record)) => {
@@ -393,37 +480,32 @@ impl Iterator for Records {
                     return Some(Ok(record));
                 }
                 // More records than the header says: count them for the message.
-                self.done = true;
                 let mut found = self.count + 1;
-                loop {
+                let outcome = loop {
                     match self.read_record() {
                         Ok(Some(_)) => found += 1,
-                        Ok(None) => break,
-                        Err(e) => return Some(Err(e)),
+                        Ok(None) => {
+                            break Err(ser(format!(
+                                "Expected {} records but found {found}",
+                                self.header.record_count
+                            )))
+                        }
+                        Err(e) => break Err(e),
                     }
-                }
-                Some(Err(ser(format!(
-                    "Expected {} records but found {found}",
-                    self.header.record_count
-                ))))
+                };
+                self.conclude(outcome).err().map(Err)
             }
             Ok(None) => {
-                self.done = true;
-                if let Err(e) = self.finish_stream() {
-                    return Some(Err(e));
-                }
-                if self.count != self.header.record_count {
-                    return Some(Err(ser(format!(
+                let mut outcome = self.finish_stream();
+                if outcome.is_ok() && self.count != self.header.record_count {
+                    outcome = Err(ser(format!(
                         "Expected {} records but found {}",
                         self.header.record_count, self.count
-                    ))));
+                    )));
                 }
-                None
+                self.conclude(outcome).err().map(Err)
             }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
+            Err(e) => self.conclude(Err(e)).err().map(Err),
         }
     }
 }

@@ -27,6 +27,7 @@ fn record(i: usize, body: Vec<u8>) -> BackupRecord {
         backed_up_at: 1_700_000_000_000 + i as i64,
         source_queue: "q".into(),
         source_vhost: "/".into(),
+        message_format: None,
     }
 }
 

@@ -9,6 +9,7 @@
 //! Every backend passes one conformance suite (`conformance::run`, test builds only).
 
 pub mod append_only;
+pub mod args;
 pub mod azure;
 pub mod conditional;
 pub mod filesystem;
@@ -146,6 +147,18 @@ pub trait Storage: Send + Sync {
     fn retained_until(&self, key: &str) -> Result<Option<i64>> {
         let _ = key;
         Ok(None)
+    }
+
+    /// The latest retention date ([`Storage::retained_until`]) of every object under `prefix`,
+    /// epoch ms; `None` when none of them has one. `forget` keeps a backup while any of its
+    /// objects is retained (issue 38: deciding from one object deleted the manifest of a
+    /// backup whose other objects the storage still refused to delete). The default asks each
+    /// listed key ([`object_lock::latest_retention`], a few at a time); GCS reads the dates
+    /// from its listing.
+    ///
+    /// Errors: the storage's, naming the prefix or key.
+    fn latest_retention(&self, prefix: &str) -> Result<Option<i64>> {
+        object_lock::latest_retention(self, &self.list(prefix)?)
     }
 
     /// Backup ids: the first key components that hold a `manifest.json` directly below them,
@@ -453,6 +466,14 @@ impl Storage for Prefixed {
         self.inner
             .retained_until(&full)
             .map_err(|e| unprefix_error(e, &full, key))
+    }
+
+    fn latest_retention(&self, prefix: &str) -> Result<Option<i64>> {
+        validate_prefix(prefix)?;
+        let full = format!("{}/{prefix}", self.prefix);
+        self.inner
+            .latest_retention(&full)
+            .map_err(|e| unprefix_error(e, &full, prefix))
     }
 
     fn location(&self) -> String {

@@ -11,7 +11,9 @@
 //!
 //! The date is computed by this machine's clock at each write: `now + retain_for`.
 
+use super::Storage;
 use crate::config::{LockMode, ObjectLockConfig};
+use crate::error::{Error, Result};
 
 /// The retention a backend sets on the objects it writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,10 +42,13 @@ impl ObjectLock {
     }
 
     /// Whether the object at `key` (as the backend sees it, prefix included) is locked: all
-    /// but `{backup_id}/state/...`.
+    /// but `{backup_id}/state/...` and the repository's own state
+    /// (`crate::repository::delivery_counts::STATE_PREFIX`), which runs rewrite.
     pub fn applies_to(&self, key: &str) -> bool {
         let key = key.strip_prefix(&self.prefix).unwrap_or(key);
-        key.split('/').nth(1) != Some("state")
+        let mut parts = key.split('/');
+        parts.next() != Some(crate::repository::delivery_counts::STATE_PREFIX)
+            && parts.next() != Some("state")
     }
 
     /// The retention date of an object written now, epoch ms (whole seconds).
@@ -67,6 +72,51 @@ pub fn locked_until(ms: i64) -> String {
     format!("locked until {}", crate::run::units::rfc3339_ms(ms))
 }
 
+/// How many retention dates [`latest_retention`] asks for at once (HEAD requests on S3 and
+/// Azure): enough to hide a round trip's latency, few enough for any endpoint.
+const RETENTION_QUERIES: usize = 8;
+
+/// The latest [`Storage::retained_until`] of `keys` in `storage`, epoch ms (`None` when no key
+/// has one), asked [`RETENTION_QUERIES`] at a time. Every key is asked: a backup's objects
+/// are written in parallel and over several runs, so no one object stands for the others.
+///
+/// Errors: the first failure of the storage's, naming its key.
+pub fn latest_retention<S: Storage + ?Sized>(storage: &S, keys: &[String]) -> Result<Option<i64>> {
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let chunk = keys.len().div_ceil(RETENTION_QUERIES);
+    std::thread::scope(|scope| {
+        let failed = |why: String| {
+            Error::Storage(format!(
+                "Failed to read the retention of {}: {why}",
+                keys[0]
+            ))
+        };
+        let workers = keys
+            .chunks(chunk)
+            .map(|part| {
+                std::thread::Builder::new()
+                    .name("retention-query".into())
+                    .spawn_scoped(scope, move || {
+                        part.iter().try_fold(None, |latest: Option<i64>, k| {
+                            Ok(latest.max(storage.retained_until(k)?))
+                        })
+                    })
+                    .map_err(|e| failed(format!("cannot start a thread: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut latest = None;
+        for w in workers {
+            let got: Result<Option<i64>> = w
+                .join()
+                .map_err(|_| failed("a worker thread panicked".into()))?;
+            latest = latest.max(got?);
+        }
+        Ok(latest)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,6 +136,7 @@ mod tests {
             assert!(!l.applies_to(&format!("{k}b1/state/lock.json")));
             assert!(!l.applies_to(&format!("{k}b1/state/offsets.db")));
             assert!(!l.applies_to(&format!("{k}b1/state/storage-clock-probe")));
+            assert!(!l.applies_to(&format!("{k}rmq-backup-state/delivery-counts/c/v/q.json")));
         }
         let l = ObjectLock::new(&cfg, None);
         let until = crate::run::units::parse_time(&l.until_rfc3339()).unwrap();

@@ -194,6 +194,15 @@ impl Storage for Traced {
         )
     }
 
+    fn latest_retention(&self, prefix: &str) -> Result<Option<i64>> {
+        self.traced(
+            "latest retention under",
+            prefix,
+            |_| None,
+            || self.inner.latest_retention(prefix),
+        )
+    }
+
     fn list_backup_ids(&self) -> Result<Vec<String>> {
         self.traced(
             "list backup ids in",

@@ -249,6 +249,12 @@ pub struct ConfirmStatus {
     pub nacked: Vec<u64>,
     /// Messages the broker returned.
     pub returned: Vec<Returned>,
+    /// Publishes from the oldest one still unconfirmed to the newest, when the status was
+    /// taken (0 when every publish is settled): every publish before them is settled, and
+    /// the returns and nacks of those came with this status or an earlier one (the broker
+    /// sends a `basic.return` before the confirm of the same message). A restore records the
+    /// publishes before them as its confirmed prefix.
+    pub unsettled: u64,
 }
 
 /// An open AMQP 0-9-1 connection (Send + Sync). Dropping it closes it best-effort.

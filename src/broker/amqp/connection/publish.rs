@@ -79,7 +79,8 @@ impl Channel {
     /// Waits until at most `max_outstanding` published messages are unconfirmed (0 = all
     /// confirmed), at most `timeout`; then `Error::Connection("timed out after ... waiting for
     /// publisher confirms ...")`. Returns the nacked sequence numbers and `basic.return`s
-    /// received since the previous call. A channel closed by the broker gives its error.
+    /// received since the previous call, and the unsettled tail ([`ConfirmStatus::unsettled`]),
+    /// taken together under the channel's lock. A channel closed by the broker gives its error.
     pub fn wait_for_confirms(
         &self,
         max_outstanding: u64,
@@ -96,6 +97,7 @@ impl Channel {
                 return Ok(ConfirmStatus {
                     nacked: std::mem::take(&mut st.nacked),
                     returned: std::mem::take(&mut st.returned),
+                    unsettled: st.unconfirmed.front().map_or(0, |&f| st.next_seq + 1 - f),
                 });
             }
             let now = Instant::now();

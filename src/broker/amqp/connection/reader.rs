@@ -94,9 +94,15 @@ impl ReaderState {
                     std::thread::sleep(COALESCE_WAIT);
                 }
             }
+            // A frame already in the buffer came with an earlier socket read, which set
+            // `last_read` and ran the heartbeat duties: the clock is read once per socket read,
+            // not per frame (three clock reads per frame were 2.5% of a 1 KiB backup's CPU).
+            let buffered = frames.has_complete_frame();
             match frames.next_frame() {
                 Ok(Some(f)) => {
-                    self.last_read = Instant::now();
+                    if !buffered {
+                        self.last_read = Instant::now();
+                    }
                     if let Some(exit) = self.handle(f.kind, f.channel, f.payload)? {
                         return Ok(exit);
                     }
@@ -108,7 +114,9 @@ impl ReaderState {
                 Err(ReadFail::Io(e)) => return Err(self.shared.lost(e)),
                 Err(ReadFail::Protocol(e)) => return Err(self.shared.lost(e.message())),
             }
-            self.tick()?;
+            if !buffered {
+                self.tick()?;
+            }
         }
     }
 
@@ -405,7 +413,9 @@ impl ReaderState {
                 );
                 self.send(channel, &Method::ChannelCloseOk);
                 self.shared.remove_channel(channel);
-                chan.fail(Error::Amqp(reply_text));
+                chan.fail(Error::Amqp(crate::broker::permissions::explain_amqp(
+                    reply_text,
+                )));
             }
             Method::ChannelCloseOk => {
                 self.shared.remove_channel(channel);

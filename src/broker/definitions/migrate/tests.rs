@@ -372,7 +372,7 @@ fn prepare_migrates_between_selection_and_renaming() {
     opts.queue_mapping
         .insert("only.one".into(), "renamed".into());
     let v43 = BrokerVersion::parse("4.3.6");
-    let (doc, changes) = crate::broker::definitions::prepare(export(), &opts, v43).unwrap();
+    let (doc, changes) = crate::broker::definitions::prepare(export(), &opts, v43, &[]).unwrap();
     assert_eq!(
         doc["queues"],
         json!([{"vhost": "v2", "name": "renamed", "durable": true, "auto_delete": false,
@@ -383,13 +383,14 @@ fn prepare_migrates_between_selection_and_renaming() {
         ["queue only.one in vhost v: declared as a quorum queue (restore.convert_mirrored_queues), policy ha-only mirrored it; a quorum queue delivers messages of a higher priority property first"]
     );
     for target in [BrokerVersion::parse("3.10.8"), None] {
-        let (doc, changes) = crate::broker::definitions::prepare(export(), &opts, target).unwrap();
+        let (doc, changes) =
+            crate::broker::definitions::prepare(export(), &opts, target, &[]).unwrap();
         assert!(changes.is_empty(), "{target:?}");
         assert_eq!(doc["queues"][0]["arguments"], json!(null), "{target:?}");
     }
     // Without the option the queue stays classic; the policies are still migrated.
     let plain = RestoreOptions::default();
-    let (doc, changes) = crate::broker::definitions::prepare(export(), &plain, v43).unwrap();
+    let (doc, changes) = crate::broker::definitions::prepare(export(), &plain, v43, &[]).unwrap();
     assert_eq!(queue(&doc, "v", "only.one").get("arguments"), None);
     assert_eq!(policy_names(&doc), ["ha-ttl", "locate", "catch-all"]);
     assert!(!texts(&changes).iter().any(|c| c.contains("quorum")));

@@ -120,6 +120,7 @@ fn raw(bytes: &[u8], at: Origin) -> BackupRecord {
         backed_up_at: at.backed_up_at,
         source_queue: at.stream.to_string(),
         source_vhost: at.vhost.to_string(),
+        message_format: None,
     }
 }
 
@@ -178,6 +179,7 @@ fn record(
         backed_up_at: at.backed_up_at,
         source_queue: at.stream.to_string(),
         source_vhost: at.vhost.to_string(),
+        message_format: None,
     }
 }
 

@@ -45,6 +45,7 @@ mod auth;
 mod client;
 mod conditional;
 mod credentials;
+mod listing;
 #[cfg(test)]
 mod tests;
 mod upload;
@@ -360,74 +361,32 @@ impl Storage for GcsBackend {
     }
 
     fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, Option<i64>)>> {
-        validate_prefix(prefix)?;
-        #[derive(Deserialize)]
-        struct Item {
-            name: String,
-            /// RFC 3339 time of the object's last change.
-            #[serde(default)]
-            updated: Option<String>,
-        }
-        #[derive(Deserialize)]
-        struct Page {
-            #[serde(default)]
-            items: Vec<Item>,
-            #[serde(rename = "nextPageToken")]
-            next_page_token: Option<String>,
-        }
-        let ctx = format!(
-            "Failed to list {}",
-            if prefix.is_empty() { "/" } else { prefix }
-        );
         let mut keys = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut url = format!(
-                "{}/storage/v1/b/{}/o?maxResults=1000&fields=items(name,updated),nextPageToken",
-                self.base,
-                enc(&self.bucket)
-            );
-            if !prefix.is_empty() {
-                url.push_str(&format!("&prefix={}", enc(prefix)));
-            }
-            if let Some(t) = &token {
-                url.push_str(&format!("&pageToken={}", enc(t)));
-            }
-            let page: Page = retry::run(self.policy, &ctx, || {
-                let mut resp = self.call(&ctx, http::Request::get(&url), ())?;
-                match resp.status().as_u16() {
-                    200 => read_json(&mut resp, &ctx),
-                    _ => Err(self.status_error(&ctx, resp)),
-                }
-            })?;
-            for item in page.items {
-                if !item.name.starts_with(prefix) {
-                    continue;
-                }
-                if validate_key(&item.name).is_ok() {
-                    let t = item
-                        .updated
-                        .as_deref()
-                        .and_then(|u| crate::run::units::parse_time(u).ok());
-                    keys.push((item.name, t));
-                } else {
-                    log::debug!("gcs: skipping object {:?}: not a valid key", item.name);
-                }
-            }
-            match page.next_page_token {
-                // A server that hands back the token it was given would loop forever.
-                Some(t) if token.as_deref() == Some(t.as_str()) => {
-                    return Err(Error::Storage(format!(
-                        "{ctx}: the server repeated a page token"
-                    )))
-                }
-                Some(t) if !t.is_empty() => token = Some(t),
-                _ => break,
-            }
-        }
+        self.list_items(prefix, "name,updated", |item| {
+            let t = item
+                .updated
+                .as_deref()
+                .and_then(|u| crate::run::units::parse_time(u).ok());
+            keys.push((item.name, t));
+        })?;
         keys.sort();
         keys.dedup_by(|a, b| a.0 == b.0);
         Ok(keys)
+    }
+
+    /// `retention.retainUntilTime` of every object in one listing (`objects.list` returns the
+    /// object resources with their retention), not one request per object.
+    fn latest_retention(&self, prefix: &str) -> Result<Option<i64>> {
+        let mut latest = None;
+        self.list_items(prefix, "name,retention", |item| {
+            let until = item.retention.and_then(|r| r.retain_until_time);
+            latest = latest.max(
+                until
+                    .as_deref()
+                    .and_then(|u| crate::run::units::parse_time(u).ok()),
+            );
+        })?;
+        Ok(latest)
     }
 
     fn delete(&self, key: &str) -> Result<()> {

@@ -1,17 +1,23 @@
-//! Command-line parsing, logging set-up, and exit codes (DESIGN.md decision 8: 0 success, 1 the
-//! job failed, 2 bad usage or configuration, 3 `validate` or `list` found damage; and 4, a
-//! backup that completed but skipped selected queues).
+//! Command-line parsing, logging set-up, and exit codes (0 success, 1 the job failed, 2 bad
+//! usage or configuration, 3 `validate` or `list` found damage; and 4, a backup that completed
+//! but skipped selected queues).
 
 use crate::config::{Config, Mode};
 use crate::error::{Error, Result};
 use crate::inspect::{self, Format};
 use crate::metrics::server::MetricsServer;
-use crate::repository::storage::{self, Storage};
+use crate::repository::storage;
 use crate::{backup, restore};
 use argh::FromArgs;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
+
+mod commands;
+mod completions;
+mod config_cmd;
+pub mod help_tree;
+mod man;
+
+use commands::*;
 
 /// Back up the queues and topology of a RabbitMQ broker to storage, and restore them
 /// byte for byte.
@@ -43,143 +49,8 @@ enum Command {
     Forget(crate::retention::command::ForgetCmd),
     Copy(crate::copy::command::CopyCmd),
     Config(ConfigCmd),
-}
-
-/// The configuration file: print its JSON Schema, or check a file without running it.
-#[derive(FromArgs, Debug)]
-#[argh(
-    subcommand,
-    name = "config",
-    example = "{command_name} schema > rmq-backup.schema.json\n{command_name} check --config backup.yaml",
-    note = "An editor with the YAML language server completes and checks a file whose first line is `# yaml-language-server: $schema=rmq-backup.schema.json` (a path or URL of the schema)."
-)]
-struct ConfigCmd {
-    #[argh(subcommand)]
-    action: ConfigAction,
-}
-
-#[derive(FromArgs, Debug)]
-#[argh(subcommand)]
-enum ConfigAction {
-    Schema(SchemaCmd),
-    Check(CheckCmd),
-}
-
-/// Print the JSON Schema (draft 2020-12) of the configuration file, made from its types: every
-/// key with its type, default and description.
-#[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "schema")]
-struct SchemaCmd {}
-
-/// Check a configuration file as a run would load it (YAML, `${ENV}` references, `*_file`
-/// secrets, every value) without connecting to a broker or a storage: exit 0 when it is valid,
-/// 2 with the error, its key path and line, when not.
-#[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "check")]
-struct CheckCmd {
-    /// the YAML configuration file
-    #[argh(option)]
-    config: PathBuf,
-}
-
-/// Run a backup: read every selected queue without removing a message, write segments, the
-/// definitions and, last, the manifest. With --dry-run, only print the plan. A `retention:`
-/// section (keep_last, keep_daily, keep_weekly, keep_monthly, keep_within, prune_interrupted,
-/// prune, prune_grace: the rules of `forget --help`) is applied after a successful backup; its
-/// failure is logged and printed but leaves the exit code of the backup.
-#[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "backup")]
-struct BackupCmd {
-    /// the YAML configuration file (mode: backup)
-    #[argh(option)]
-    config: PathBuf,
-    /// print the plan and exit 0: the queues and streams that would be read (vhost, name,
-    /// type, depth and bytes from the management API, estimated stored size), the selected
-    /// ones that would be skipped and why, and the storage prefix. Reads no message, writes
-    /// nothing, takes no lock.
-    #[argh(switch)]
-    dry_run: bool,
-    /// output format of --dry-run: table (default) or json
-    #[argh(option, default = "Format::Table")]
-    format: Format,
-}
-
-/// Run a restore: publish the messages of a backup to the target broker, optionally with its
-/// definitions first.
-#[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "restore")]
-struct RestoreCmd {
-    /// the YAML configuration file (mode: restore)
-    #[argh(option)]
-    config: PathBuf,
-}
-
-/// List the backups in a storage location.
-#[derive(FromArgs, Debug)]
-#[argh(
-    subcommand,
-    name = "list",
-    example = "{command_name} --path file:///var/backups/rabbitmq\nAWS_ACCESS_KEY_ID=.. AWS_SECRET_ACCESS_KEY=.. {command_name} --path 's3://backups/prod?endpoint=https://minio:9000&path_style=true'\nAZURE_STORAGE_ACCOUNT_KEY=.. {command_name} --path azure://acct.blob.core.windows.net/backups --format json\nGOOGLE_APPLICATION_CREDENTIALS=sa.json {command_name} --path gs://backups/prod",
-    note = "A storage URL never holds credentials: s3 reads AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or a profile, web identity, the container or instance role) and AWS_REGION; azure reads AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN or AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET (or workload or managed identity); gcs reads GOOGLE_APPLICATION_CREDENTIALS (or application default credentials; STORAGE_EMULATOR_HOST for an emulator). A path after the bucket or container is a key prefix. SSL_CERT_FILE adds a private CA."
-)]
-struct ListCmd {
-    /// storage URL: file:///abs/path, memory://, s3://bucket[/prefix]?region=..&endpoint=..&path_style=true&allow_http=true,
-    /// azure://account.blob.core.windows.net/container[/prefix], gcs://bucket[/prefix]
-    #[argh(option)]
-    path: String,
-    /// output format: table (default) or json
-    #[argh(option, default = "Format::Table")]
-    format: Format,
-}
-
-/// Describe one backup: its manifest, queue by queue.
-#[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "describe")]
-struct DescribeCmd {
-    /// storage URL (see `list --help`)
-    #[argh(option)]
-    path: String,
-    /// the backup id to describe
-    #[argh(option)]
-    backup_id: String,
-    /// output format: table (default) or json
-    #[argh(option, default = "Format::Table")]
-    format: Format,
-}
-
-/// Validate a backup: every segment present with its size; with --deep also fetched and
-/// checked (CRC32, SHA-256, record count, every record; an encrypted backup decrypted with
-/// --identity-file or RMQ_BACKUP_AGE_IDENTITY). Exit 3 when damaged.
-#[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "validate")]
-struct ValidateCmd {
-    /// storage URL (see `list --help`)
-    #[argh(option)]
-    path: String,
-    /// the backup id to validate
-    #[argh(option)]
-    backup_id: String,
-    /// fetch every segment and verify its checksums and records
-    #[argh(switch)]
-    deep: bool,
-    /// with --deep, read only a subset of the segments (restic's forms): N/T the slice N of T
-    /// by a hash of the segment key (slices 1/T..T/T together read each segment once), P% a
-    /// random P percent of the segments, SIZE (500M, 2G) random segments up to that many
-    /// stored bytes. The others are checked shallowly.
-    #[argh(option)]
-    read_data_subset: Option<inspect::Subset>,
-    /// write the metrics (broker_backup_validate_segments_read, _bytes_read,
-    /// _segments_failed, broker_backup_last_* with mode="validate") to this file for
-    /// node_exporter's textfile collector when the check ends
-    #[argh(option)]
-    metrics_textfile: Option<PathBuf>,
-    /// output format: table (default) or json
-    #[argh(option, default = "Format::Table")]
-    format: Format,
-    /// age identity file that decrypts an encrypted backup for --deep (default: the
-    /// environment variable RMQ_BACKUP_AGE_IDENTITY; a shallow check needs none)
-    #[argh(option)]
-    identity_file: Option<PathBuf>,
+    Completions(completions::CompletionsCmd),
+    Man(completions::ManCmd),
 }
 
 /// Exit code when `validate` finds damage, or `list` finds a manifest it cannot read.
@@ -249,7 +120,7 @@ pub fn main() -> i32 {
         .unwrap_or("rmq-backup")
         .to_string();
     if matches!(rest.as_slice(), [v] if v == "--version" || v == "-V") {
-        println!("{}", version());
+        crate::out!("{}", version());
         return 0;
     }
     let rest_refs: Vec<&str> = rest.iter().map(String::as_str).collect();
@@ -258,7 +129,7 @@ pub fn main() -> i32 {
         Err(early) => {
             return match early.status {
                 Ok(()) => {
-                    println!("{}", early.output);
+                    crate::out!("{}", early.output);
                     0
                 }
                 Err(()) => {
@@ -307,7 +178,7 @@ fn run(command: Command) -> Result<i32> {
             crate::run::logging::set_backup_id(&cfg.backup_id);
             if cmd.dry_run {
                 let plan = backup::dry_run::plan(&cfg)?;
-                print!("{}", plan.render(cmd.format == Format::Json)?);
+                crate::out_raw!("{}", plan.render(cmd.format == Format::Json)?);
                 return Ok(0);
             }
             Ok(job(&cfg, started, || {
@@ -317,7 +188,7 @@ fn run(command: Command) -> Result<i32> {
                 let s = backup::run(&cfg, storage.clone())?;
                 print_backup(&s);
                 if let Some(report) = crate::retention::after_backup_of(&cfg, &storage) {
-                    println!("{report}");
+                    crate::out!("{report}");
                 }
                 Ok(if s.skipped.is_empty() && s.left_out.is_empty() {
                     0
@@ -328,10 +199,11 @@ fn run(command: Command) -> Result<i32> {
         }
         Command::Restore(cmd) => {
             let started = Instant::now();
-            let cfg = match load(&cmd.config, Mode::Restore) {
+            let mut cfg = match load(&cmd.config, Mode::Restore) {
                 Ok(cfg) => cfg,
                 Err(e) => return Ok(config_failure(&e)),
             };
+            cfg.restore.dry_run |= cmd.dry_run;
             crate::run::logging::set_backup_id(&cfg.backup_id);
             Ok(job(&cfg, started, || {
                 let _metrics = start_metrics(&cfg)?;
@@ -343,28 +215,21 @@ fn run(command: Command) -> Result<i32> {
             }))
         }
         Command::List(cmd) => {
-            let storage = open_url(&cmd.path)?;
+            let storage = open_storage(cmd.path.as_deref(), cmd.config.as_deref())?.storage;
             let list = inspect::list(storage.as_ref())?;
-            print!("{}", list.render(cmd.format)?);
+            crate::out_raw!("{}", list.render(cmd.format)?);
             Ok(if list.any_damaged() { EXIT_DAMAGED } else { 0 })
         }
         Command::Describe(cmd) => {
-            let storage = open_url(&cmd.path)?;
-            print!(
+            let opened = open_storage(cmd.path.as_deref(), cmd.config.as_deref())?;
+            let backup_id = opened.backup_id(cmd.backup_id)?;
+            crate::out_raw!(
                 "{}",
-                inspect::describe(storage.as_ref(), &cmd.backup_id, cmd.format)?
+                inspect::describe(opened.storage.as_ref(), &backup_id, cmd.format)?
             );
             Ok(0)
         }
         Command::Validate(cmd) => {
-            let keys = if cmd.deep {
-                crate::repository::encryption::Identities::load(
-                    cmd.identity_file.as_deref(),
-                    "--identity-file",
-                )?
-            } else {
-                None
-            };
             if cmd.read_data_subset.is_some() && !cmd.deep {
                 return Err(Error::Config(
                     "--read-data-subset needs --deep (it chooses which segments are read)".into(),
@@ -372,15 +237,22 @@ fn run(command: Command) -> Result<i32> {
             }
             let started = Instant::now();
             let result = (|| -> Result<i32> {
-                let storage = open_url(&cmd.path)?;
+                let opened = open_storage(cmd.path.as_deref(), cmd.config.as_deref())?;
+                let backup_id = opened.backup_id(cmd.backup_id)?;
+                let keys = if cmd.deep {
+                    opened.identities(cmd.identity_file.as_deref())?
+                } else {
+                    None
+                };
+                let storage = opened.storage;
                 let report = inspect::validate_subset(
                     storage.as_ref(),
-                    &cmd.backup_id,
+                    &backup_id,
                     cmd.deep,
                     keys.as_ref(),
                     cmd.read_data_subset.as_ref(),
                 )?;
-                print!("{}", report.render(cmd.format)?);
+                crate::out_raw!("{}", report.render(cmd.format)?);
                 Ok(if report.is_valid() { 0 } else { EXIT_DAMAGED })
             })();
             if let Some(path) = &cmd.metrics_textfile {
@@ -395,28 +267,17 @@ fn run(command: Command) -> Result<i32> {
         Command::Cat(cmd) => cmd.run(),
         Command::Forget(cmd) => cmd.run(),
         Command::Copy(cmd) => cmd.run(),
+        Command::Completions(cmd) => cmd.run(),
+        Command::Man(cmd) => cmd.run(),
         Command::Config(ConfigCmd {
             action: ConfigAction::Schema(_),
         }) => {
-            println!("{}", crate::config::schema::text());
+            crate::out!("{}", crate::config::schema::text());
             Ok(0)
         }
         Command::Config(ConfigCmd {
             action: ConfigAction::Check(cmd),
-        }) => {
-            let cfg = match crate::config::check::check(&cmd.config) {
-                Ok(cfg) => cfg,
-                Err(e) => return Ok(config_failure(&e)),
-            };
-            println!(
-                "{}: a valid configuration (mode {}, backup_id {}, storage {})",
-                cmd.config.display(),
-                cfg.mode,
-                cfg.backup_id,
-                cfg.storage.backend_name()
-            );
-            Ok(0)
-        }
+        }) => Ok(config_cmd::check(&cmd.config)),
     }
 }
 
@@ -431,14 +292,14 @@ fn start_metrics(cfg: &Config) -> Result<Option<MetricsServer>> {
 }
 
 /// A configuration file that cannot be read, parsed or validated is bad usage: exit 2,
-/// whatever the category of the error (`Serialization error:` for YAML).
+/// whatever the category of the error (`Serialization error:` for text that is not YAML).
 fn config_failure(e: &Error) -> i32 {
     crate::run::logging::report_error(e);
     2
 }
 
 fn load(path: &std::path::Path, expected: Mode) -> Result<Config> {
-    let cfg = Config::load(path)?;
+    let cfg = crate::config::check::load(path)?;
     if cfg.mode != expected {
         return Err(Error::Config(format!(
             "{} has mode {}, but this command runs a {}",
@@ -450,13 +311,17 @@ fn load(path: &std::path::Path, expected: Mode) -> Result<Config> {
     Ok(cfg)
 }
 
-fn open_url(url: &str) -> Result<Arc<dyn Storage>> {
-    storage::open_url(&storage::parse_storage_url(url)?)
+/// The storage of `--path` or `--config` (`crate::repository::storage::args`).
+fn open_storage(
+    path: Option<&str>,
+    config: Option<&std::path::Path>,
+) -> Result<storage::args::Opened> {
+    storage::args::open(path, config, "--path", "--config")
 }
 
 fn print_backup(s: &backup::BackupSummary) {
     let secs = s.elapsed.as_secs_f64();
-    println!(
+    crate::out!(
         "Backup {} completed: {} queues, {} messages, {} segments, {} in {:.1} s ({:.0} msg/s){}{}",
         s.backup_id,
         s.queues,
@@ -484,36 +349,36 @@ fn print_backup(s: &backup::BackupSummary) {
         }
     );
     for q in &s.skipped {
-        println!("  skipped {q}");
+        crate::out!("  skipped {q}");
     }
     for q in &s.left_out {
-        println!("  {q}");
+        crate::out!("  {q}");
     }
     for q in &s.deleted {
-        println!("  {q} was deleted on the broker during the backup: nothing left to back up");
+        crate::out!("  {q} was deleted on the broker during the backup: nothing left to back up");
     }
 }
 
 fn print_restore(s: &restore::RestoreSummary) {
     if s.dry_run {
-        println!("Dry run of restore {}: nothing was published.", s.backup_id);
+        crate::out!("Dry run of restore {}: nothing was published.", s.backup_id);
         if let Some(d) = &s.definitions {
-            println!(
+            crate::out!(
                 "Definitions: {} vhosts, {} queues, {} exchanges, {} bindings, {} users would be imported",
                 d.vhosts, d.queues, d.exchanges, d.bindings, d.users
             );
             if let (Some(v), false) = (d.target_version, d.changes.is_empty()) {
-                println!(
+                crate::out!(
                     "Changed for RabbitMQ {v} ({} change(s), names as in the backup):",
                     d.changes.len()
                 );
                 for c in &d.changes {
-                    println!("  {c}");
+                    crate::out!("  {c}");
                 }
             }
         }
         for q in &s.queues {
-            println!(
+            crate::out!(
                 "  {}/{} -> {}/{}{}: {} messages in backup, {} segment(s) in the time window",
                 q.source_vhost,
                 q.source_queue,
@@ -532,7 +397,7 @@ fn print_restore(s: &restore::RestoreSummary) {
     }
     let secs = s.elapsed.as_secs_f64();
     let published = s.published();
-    println!(
+    crate::out!(
         "Restore {} completed: {} queues, {} messages published, {} confirmed, {} failed, {} outside the time window, in {:.1} s ({:.0} msg/s)",
         s.backup_id,
         s.queues.len(),
@@ -545,7 +410,7 @@ fn print_restore(s: &restore::RestoreSummary) {
     );
     let earlier: u64 = s.queues.iter().map(|q| q.done_earlier).sum();
     if earlier > 0 {
-        println!(
+        crate::out!(
             "  {earlier} message(s) were published by an earlier run (restore.checkpoint_state) and not again; {} queue(s) were complete already",
             s.queues.iter().filter(|q| q.completed_earlier).count()
         );
@@ -601,7 +466,7 @@ mod tests {
         match cli.command {
             Command::Validate(v) => {
                 assert!(v.deep);
-                assert_eq!(v.backup_id, "b");
+                assert_eq!(v.backup_id.as_deref(), Some("b"));
                 assert_eq!(v.format, Format::Json);
             }
             other => panic!("{other:?}"),
