@@ -16,7 +16,9 @@
 use libfuzzer_sys::fuzz_target;
 use rmq_backup::broker::BrokerVersion;
 use rmq_backup::config::{ConvertMirroredQueues, DefinitionsSelection, RestoreOptions};
-use rmq_backup::broker::definitions::{decompress_at_most, prepare, rename, select};
+use rmq_backup::broker::definitions::{
+    decompress_at_most, deprecated, prepare, rename, select,
+};
 use rmq_backup::repository::segment::Compression;
 use rmq_backup::Error;
 use serde_json::Value;
@@ -112,8 +114,11 @@ fuzz_target!(|data: &[u8]| {
         convert_mirrored_queues: Some(ConvertMirroredQueues::Quorum),
         ..Default::default()
     };
-    let (migrated, _changes) =
-        prepare(doc.clone(), &convert, BrokerVersion::parse("4.3.6")).expect("4.3 migration");
+    // A 4.3 target that denies transient non-exclusive queues: the migration and
+    // `deprecated::make_durable` both run.
+    let denied = [deprecated::TRANSIENT_NONEXCL_QUEUES.to_string()];
+    let (migrated, _changes) = prepare(doc.clone(), &convert, BrokerVersion::parse("4.3.6"), &denied)
+        .expect("4.3 migration");
     for k in KINDS {
         assert!(
             count(&migrated, k) <= count(&doc, k),
