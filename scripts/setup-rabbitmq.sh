@@ -66,8 +66,12 @@ ready() {
     [[ "$(overview_status)" == "200" ]] && port_open "$STREAM_PORT"
 }
 
+# A node is running when its AMQP port is open, or when it answers a ping. The CLI starts an
+# Erlang VM of its own: on a fresh machine busy compiling, a ping took more than 15 s, the
+# node (started at boot, without plugins) was taken for stopped, its plugins were enabled
+# offline and never started.
 node_running() {
-    timeout 15 rabbitmq-diagnostics -q ping >/dev/null 2>&1
+    port_open "$AMQP_PORT" || timeout 60 rabbitmq-diagnostics -q ping >/dev/null 2>&1
 }
 
 print_ready() {
@@ -94,6 +98,7 @@ fi
 # 2. Plugins (online on a running node, offline before start), 3. start the node.
 if node_running; then
     log "node running; enabling plugins ${PLUGINS[*]}"
+    timeout 120 rabbitmqctl await_startup --timeout 110 >/dev/null 2>&1 || true
     rabbitmq-plugins enable "${PLUGINS[@]}" >/dev/null
 else
     log "node not running; enabling plugins ${PLUGINS[*]} offline"
