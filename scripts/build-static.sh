@@ -5,9 +5,9 @@
 #
 # Usage: scripts/build-static.sh
 # Environment: RMQ_BACKUP_STATIC_PROFILE, the cargo profile (default `release`, what is shipped:
-# fat LTO, one codegen unit). scripts/test.sh sets `static-check` (Cargo.toml: optimised, no LTO,
-# 16 codegen units): the tests of the static binary and its packages check what static linking,
-# the musl target and the packaging do, which LTO does not change, and that build takes a
+# fat LTO, one codegen unit). scripts/test.sh sets `static-check` (Cargo.toml: not optimised, no
+# debug info): the tests of the static binary and its packages check what static linking, the
+# musl target and the packaging do, which optimisation does not change, and that build takes a
 # fraction of the release build's CPU on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."

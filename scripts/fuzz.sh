@@ -11,6 +11,9 @@
 # executions per second and the result. A crashing, hanging or memory-hungry input is written
 # to fuzz/artifacts/<target>/ (git-ignored); the exit status is then 1. Logs are kept in
 # fuzz/work/logs/<target>.log. CARGO_TARGET_DIR is honoured (default fuzz/target).
+# RMQ_BACKUP_FUZZ_PROFILE=dev builds without optimisation (cargo fuzz build --dev): a fraction
+# of the release build's CPU, for the suite's seconds-long runs (scripts/test.sh sets it);
+# the default, release, is for runs long enough to find something new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +35,11 @@ fi
 
 target_dir=${CARGO_TARGET_DIR:-$PWD/fuzz/target}
 host=$(rustc +nightly -vV | sed -n 's/^host: //p')
-bin_dir=$target_dir/$host/release
+case ${RMQ_BACKUP_FUZZ_PROFILE:-release} in
+    release) mode=(--release); bin_dir=$target_dir/$host/release ;;
+    dev) mode=(--dev); bin_dir=$target_dir/$host/debug ;;
+    *) echo "RMQ_BACKUP_FUZZ_PROFILE: release or dev, not ${RMQ_BACKUP_FUZZ_PROFILE}" >&2; exit 2 ;;
+esac
 
 if [[ $# -gt 0 ]]; then
     targets=("$@")
@@ -44,7 +51,7 @@ mkdir -p fuzz/work/logs
 echo "building the fuzz targets" >&2
 # No sanitizer: the crate has no unsafe code, and AddressSanitizer's allocator caches alone
 # take the memory of a long run past -rss_limit_mb=256. Coverage instrumentation stays.
-if ! cargo +nightly fuzz build --sanitizer none --target-dir "$target_dir" \
+if ! cargo +nightly fuzz build "${mode[@]}" --sanitizer none --target-dir "$target_dir" \
     >fuzz/work/logs/build.log 2>&1; then
     tail -n 30 fuzz/work/logs/build.log >&2
     echo "fuzz targets do not build (fuzz/work/logs/build.log)" >&2

@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 # The main broker of the integration tests; the cross-version set runs again on the others.
 export RMQ_TEST_BROKER=${RMQ_TEST_BROKER:-4.3}
 # The static binary of tests/static_binary.rs, tests/container_image.rs and tests/packaging.rs
-# without the shipped build's fat LTO (scripts/build-static.sh; Cargo.toml profile.static-check):
+# without the shipped build's optimisation (scripts/build-static.sh; Cargo.toml profile.static-check):
 # on a fresh machine the release build alone kept the packaging group busy 25 minutes.
 export RMQ_BACKUP_STATIC_PROFILE=${RMQ_BACKUP_STATIC_PROFILE:-static-check}
 cross_version=(delivery_limit backup_restore streams stream_offsets tls amqp10_backup amqp10_restore amqp10_conversion)
@@ -109,6 +109,9 @@ setup_jobs+=($!)
 setup_steps=(tools chroots storage rabbitmq tls cluster rabbitmq-4x)
 
 fuzz_secs=${RMQ_BACKUP_FUZZ_SECS:-5}
+# Seconds-long runs: the targets built without optimisation (scripts/fuzz.sh), which takes a
+# fraction of the release build's CPU (12 minutes beside the tests' build on a fresh machine).
+export RMQ_BACKUP_FUZZ_PROFILE=${RMQ_BACKUP_FUZZ_PROFILE:-dev}
 if [[ $fuzz_secs -gt 0 ]]; then
     scripts/fuzz.sh build >"$fuzz_log" 2>&1 &
     fuzz_build=$!
@@ -135,16 +138,22 @@ if [[ ${#setup_failed[@]} -gt 0 || $build_rc -ne 0 ]]; then
     [[ $build_rc -eq 0 ]] || echo "scripts/test.sh: cargo test --no-run failed (exit $build_rc)" >&2
     exit 1
 fi
-# Every test built (above), run three groups at once (most tests wait on a broker, not a
-# core): the tests that build and install packages, the tests that stop, kill or alarm nodes
-# of the test cluster (one binary at a time), and all the others. Each group's output is
-# printed when it ends; the run fails if any group fails.
+# Every test built (above), the groups run at once (most tests wait on a broker, not a core):
+# the tests that build and install packages, the tests that stop, kill or alarm nodes of the
+# test cluster (one binary at a time), the cross-version set on each other broker, the doc
+# tests, and all the others, RMQ_TEST_JOBS (default 3) test binaries at a time, the longest
+# first (one after the other they took 40 minutes). Each group's output is printed when it
+# ends, the pool's binary by binary with its time; the run fails if any group fails.
 slow_builds=(packaging static_binary container_image)
 cluster=(cluster faults_broker faults_restore)
+# The pool's longest binaries (seconds on a fresh 2-core machine), started first.
+longest=(delivery_limit_4x deep_quorum restore_kill_window delivery_limit amqp10_backup lock_race)
 rest=()
+for t in "${longest[@]}"; do [[ -f tests/$t.rs ]] && rest+=("$t"); done
+rest+=(lib bins)
 for f in tests/*.rs; do
     t=$(basename "$f" .rs)
-    [[ " ${slow_builds[*]} ${cluster[*]} " == *" $t "* ]] || rest+=("$t")
+    [[ " ${slow_builds[*]} ${cluster[*]} ${rest[*]} " == *" $t "* ]] || rest+=("$t")
 done
 as_args() { local t; for t; do printf -- '--test\n%s\n' "$t"; done; }
 run_group() {
@@ -156,24 +165,47 @@ run_group() {
     fi
     echo "$((SECONDS - start)) s, ended at $SECONDS s" >"$logs/$name.secs"
 }
+# pool_one NAME: one binary of the pool (lib: the unit tests, bins: the binary's own), its
+# output in $logs/pool.NAME, its time and result in $logs/pool.NAME.secs.
+pool_one() {
+    local t=$1 start=$SECONDS rc=0 args
+    case $t in lib) args=(--lib) ;; bins) args=(--bins) ;; *) args=(--test "$t") ;; esac
+    local extra=()
+    [[ -z $TEST_SH_ARGS ]] || mapfile -t extra <<<"$TEST_SH_ARGS"
+    cargo test --locked "${extra[@]}" "${args[@]}" >"$logs/pool.$t" 2>&1 || rc=$?
+    echo "$((SECONDS - start)) s, exit $rc, ended at $SECONDS s" >"$logs/pool.$t.secs"
+    [[ $rc == 0 ]]
+}
+export -f pool_one
+# The arguments of this script (cargo test's), one per line, for pool_one.
+TEST_SH_ARGS=$(printf '%s\n' "$@")
+export logs TEST_SH_ARGS
+run_pool() {
+    local start=$SECONDS
+    if printf '%s\n' "$@" | xargs -P "${RMQ_TEST_JOBS:-3}" -I{} bash -c 'pool_one "$1"' _ {}; then
+        echo ok >"$logs/rest.rc"
+    fi
+    : >"$logs/rest"
+    for t; do
+        { echo "--- $t ($(cat "$logs/pool.$t.secs" 2>/dev/null || echo "not run"))"; cat "$logs/pool.$t"; } >>"$logs/rest" 2>&1
+    done
+    echo "$((SECONDS - start)) s, ended at $SECONDS s" >"$logs/rest.secs"
+}
 mapfile -t slow_args < <(as_args "${slow_builds[@]}")
 mapfile -t cluster_args < <(as_args "${cluster[@]}")
-mapfile -t rest_args < <(as_args "${rest[@]}")
 run_group packaging "$@" "${slow_args[@]}" &
 groups=($!)
 run_group cluster "$@" "${cluster_args[@]}" &
 groups+=($!)
-run_group rest "$@" --lib --bins "${rest_args[@]}" &
+run_pool "${rest[@]}" &
 groups+=($!)
 run_group doc "$@" --doc &
 groups+=($!)
 mapfile -t cross_args < <(as_args "${cross_version[@]}")
-(
-    for b in "${cross_brokers[@]}"; do
-        RMQ_TEST_BROKER=$b run_group "cross-$b" "$@" "${cross_args[@]}"
-    done
-) &
-groups+=($!)
+for b in "${cross_brokers[@]}"; do
+    RMQ_TEST_BROKER=$b run_group "cross-$b" "$@" "${cross_args[@]}" &
+    groups+=($!)
+done
 wait "${groups[@]}"
 failed=0
 for g in rest cluster packaging doc "${cross_brokers[@]/#/cross-}"; do
@@ -181,6 +213,9 @@ for g in rest cluster packaging doc "${cross_brokers[@]/#/cross-}"; do
     cat "$logs/$g"
     [[ -f "$logs/$g.rc" ]] || failed=1
 done
+echo "=== the pool's binaries by time ==="
+for t in "${rest[@]}"; do echo "$t: $(cat "$logs/pool.$t.secs" 2>/dev/null || echo "not run")"; done |
+    sort -t: -k2 -rn
 echo "=== the book (scripts/build-docs.sh) ==="
 cat "$docs_log"
 wait "$docs_build" || failed=1
