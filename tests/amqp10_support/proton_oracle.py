@@ -9,7 +9,8 @@
   proton_oracle.py receive URL VHOST ADDRESS COUNT OUTCOME
       receives COUNT messages from ADDRESS and prints, one line per message, a JSON object with
       the raw transferred bytes ("raw", hex) and what proton decodes of them ("body", "subject",
-      "properties" as repr), then settles each with OUTCOME (accept or release).
+      "properties" as repr), then settles each with OUTCOME (accept: each as it comes;
+      release: all together once COUNT are read, so that none comes back within the read).
 
 Debian's python3-qpid-proton (0.37) or PyPI's python-qpid-proton.
 """
@@ -101,6 +102,7 @@ class Receive(MessagingHandler):
         super().__init__(auto_accept=False, prefetch=min(count, 500))
         self.url, self.vhost, self.address = url, vhost, address
         self.left = count
+        self.held = []
         self.outcome = Delivery.ACCEPTED if outcome == "accept" else Delivery.RELEASED
 
     def on_start(self, event):
@@ -118,10 +120,19 @@ class Receive(MessagingHandler):
         m.decode(raw)
         print(json.dumps({"raw": raw.hex(), "body": repr(m.body), "subject": m.subject,
                           "properties": repr(m.properties)}), flush=True)
-        d.update(self.outcome)
-        d.settle()
         self.left -= 1
+        if self.outcome == Delivery.ACCEPTED:
+            d.update(self.outcome)
+            d.settle()
+        else:
+            # Released only once all COUNT are read: a message released while others were
+            # still to come went back to the queue's head and, under load, was delivered again
+            # in place of the last one (RabbitMQ 4.0.5 quorum queue), which then went unread.
+            self.held.append(d)
         if self.left == 0:
+            for h in self.held:
+                h.update(self.outcome)
+                h.settle()
             event.connection.close()
 
 
