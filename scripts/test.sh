@@ -173,13 +173,15 @@ pool_one() {
     local extra=()
     [[ -z $TEST_SH_ARGS ]] || mapfile -t extra <<<"$TEST_SH_ARGS"
     cargo test --locked "${extra[@]}" "${args[@]}" >"$logs/pool.$t" 2>&1 || rc=$?
-    echo "$((SECONDS - start)) s, exit $rc, ended at $SECONDS s" >"$logs/pool.$t.secs"
+    echo "$((SECONDS - start)) s, exit $rc, ended at $(($(date +%s) - TEST_SH_T0)) s" >"$logs/pool.$t.secs"
     [[ $rc == 0 ]]
 }
 export -f pool_one
 # The arguments of this script (cargo test's), one per line, for pool_one.
 TEST_SH_ARGS=$(printf '%s\n' "$@")
-export logs TEST_SH_ARGS
+# The script's start (epoch seconds): each binary's end is told from it.
+TEST_SH_T0=$(($(date +%s) - SECONDS))
+export logs TEST_SH_ARGS TEST_SH_T0
 run_pool() {
     local start=$SECONDS
     if printf '%s\n' "$@" | xargs -P "${RMQ_TEST_JOBS:-3}" -I{} bash -c 'pool_one "$1"' _ {}; then
