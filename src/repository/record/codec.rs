@@ -1,13 +1,13 @@
 //! The hot path of the record format (DESIGN.md decision 5): [`encode_record`] writes exactly
 //! the bytes `serde_json::to_vec(&record)` writes, but writes the body's number array itself
-//! (`body.rs`); [`decode_record`] parses the body array itself, and the rest itself too when it
-//! is in the compact form encode_record writes (`tail.rs`), else with serde_json. The derived
-//! serde implementations in the parent module define the format.
-
-use serde::Serialize;
+//! (`body.rs`) and the rest too (`write.rs`); [`decode_record`] parses the body array itself,
+//! and the rest itself too when it is in the compact form encode_record writes (`tail.rs`),
+//! else with serde_json. The derived serde implementations in the parent module define the
+//! format.
 
 use super::body::{parse_compact, write_body};
 use super::tail::parse_tail;
+use super::write::write_fields;
 use super::{BackupHeaderValue, BackupProperties, BackupRecord, MessageFormat};
 use crate::error::{Error, Result};
 
@@ -17,41 +17,6 @@ const BODY_FIRST: &[u8] = b"{\"body\":";
 // ---------------------------------------------------------------------------------------------
 // The hot path: encode
 // ---------------------------------------------------------------------------------------------
-
-/// Everything of a record after `body`, borrowed, serialised by serde_json exactly as the
-/// derived `Serialize` of [`BackupRecord`] would (same types, same order).
-#[derive(Serialize)]
-pub(super) struct RecordTail<'a> {
-    properties: &'a BackupProperties,
-    headers: &'a [(String, BackupHeaderValue)],
-    exchange: &'a str,
-    routing_key: &'a str,
-    delivery_tag: u64,
-    redelivered: bool,
-    backed_up_at: i64,
-    source_queue: &'a str,
-    source_vhost: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message_format: Option<MessageFormat>,
-}
-
-impl<'a> RecordTail<'a> {
-    /// Every field of `rec` but the body, borrowed.
-    pub(super) fn of(rec: &'a BackupRecord) -> RecordTail<'a> {
-        RecordTail {
-            properties: &rec.properties,
-            headers: &rec.headers,
-            exchange: &rec.exchange,
-            routing_key: &rec.routing_key,
-            delivery_tag: rec.delivery_tag,
-            redelivered: rec.redelivered,
-            backed_up_at: rec.backed_up_at,
-            source_queue: &rec.source_queue,
-            source_vhost: &rec.source_vhost,
-            message_format: rec.message_format,
-        }
-    }
-}
 
 /// Refuses a record segment format version 1 cannot hold: one with a `message_format` (a
 /// version 1 reader ignores unknown keys, so it would take such a body for a 0-9-1 body).
@@ -74,23 +39,11 @@ pub fn check_version_1(rec: &BackupRecord) -> Result<()> {
 ///
 /// The bytes are identical to `serde_json::to_vec(rec)` (compact, SPEC.md key order); the body
 /// array is written by [`write_body`] (SSSE3 when the CPU has it, else a lookup table), the rest
-/// by serde_json. Runs at about 2 GB/s of body on one core (see `examples/codec_bench.rs`).
+/// by `write.rs`. Runs at about 2 GB/s of body on one core (see `examples/codec_bench.rs`).
 pub fn encode_record(rec: &BackupRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(BODY_FIRST);
     write_body(&rec.body, out);
-    let mark = out.len();
-    let tail = RecordTail::of(rec);
-    // Writing to a Vec cannot fail and none of these types has a fallible Serialize, so this
-    // error is unreachable; it is logged rather than unwrapped all the same.
-    match serde_json::to_writer(&mut *out, &tail) {
-        // The tail is a JSON object: its '{' becomes the ',' after the body.
-        Ok(()) => {
-            if let Some(b) = out.get_mut(mark) {
-                *b = b',';
-            }
-        }
-        Err(e) => log::error!("record encoding failed unexpectedly: {e}"),
-    }
+    write_fields(rec, b',', out);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -17,21 +17,17 @@
 
 use serde::Deserialize;
 
-use super::codec::RecordTail;
 use super::tail::parse_meta;
+use super::write::write_fields;
 use super::{BackupProperties, BackupRecord, HeaderTable, MessageFormat};
 use crate::error::{Error, Result};
 
 /// Appends the metadata JSON of `rec` (everything but its body) to `out`.
 ///
-/// The bytes are `serde_json`'s compact output of those fields in SPEC.md's order, the same
-/// bytes [`super::encode_record`] writes after the body.
+/// The bytes are `serde_json`'s compact output of those fields in SPEC.md's order (written by
+/// `write.rs` without serde), the same bytes [`super::encode_record`] writes after the body.
 pub fn encode_meta(rec: &BackupRecord, out: &mut Vec<u8>) {
-    // Writing to a Vec cannot fail and none of these types has a fallible Serialize; the error
-    // is logged rather than unwrapped all the same.
-    if let Err(e) = serde_json::to_writer(&mut *out, &RecordTail::of(rec)) {
-        log::error!("record metadata encoding failed unexpectedly: {e}");
-    }
+    write_fields(rec, b'{', out);
 }
 
 /// The metadata object as serde_json reads it when it is not in the compact form: the same

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! [`encode_record`] writes bytes identical to `serde_json::to_vec(&record)` but writes the body
-//! array itself from a lookup table; [`decode_record`] parses the body array itself, and the
+//! array itself from a lookup table and the other fields without serde (`write.rs`); [`decode_record`] parses the body array itself, and the
 //! rest itself when it is in that compact form (else `serde_json` parses it). The derived serde implementations on the types below
 //! define the format; the codec only makes it faster, and is tested byte for byte against them.
 //!
@@ -36,6 +36,7 @@ mod codec;
 mod json;
 mod meta;
 mod tail;
+mod write;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,234 @@
+//! The writer of a record's fields after its body: the mirror of `tail.rs`. It writes exactly
+//! the bytes serde_json's compact output of the derived `Serialize` implementations writes
+//! (SPEC.md key order, no whitespace, serde_json's string escapes and number forms), without
+//! serde's generic machinery: the keys and the header types' names, which serde_json escapes one
+//! by one like any string, are written here as the constant bytes they always are, and only
+//! the record's own strings go through the escaper.
+//!
+//! Measured on a version 2 backup of 100,000 x 1 KiB text messages with 20 headers: serde_json
+//! writing the metadata was 22% of the backup's user-space CPU samples (`format_escaped_str`
+//! alone 14%: about 85 strings escaped per record, 55 of them keys and type names). The tests
+//! (`random_records_agree_with_serde_json`, the `record_json` fuzz target) compare every byte
+//! with `serde_json::to_vec` of the record.
+
+use super::{BackupHeaderValue, BackupProperties, BackupRecord, MessageFormat};
+
+/// Writes `lead` (`,` after a version 1 body, `{` for version 2 metadata), then every field of
+/// `rec` after its body and the closing `}`, appended to `out`.
+pub(super) fn write_fields(rec: &BackupRecord, lead: u8, out: &mut Vec<u8>) {
+    out.push(lead);
+    out.extend_from_slice(b"\"properties\":");
+    properties(&rec.properties, out);
+    out.extend_from_slice(b",\"headers\":");
+    table(&rec.headers, out);
+    out.extend_from_slice(b",\"exchange\":");
+    string(&rec.exchange, out);
+    out.extend_from_slice(b",\"routing_key\":");
+    string(&rec.routing_key, out);
+    out.extend_from_slice(b",\"delivery_tag\":");
+    int(rec.delivery_tag, out);
+    out.extend_from_slice(b",\"redelivered\":");
+    out.extend_from_slice(if rec.redelivered { b"true" } else { b"false" });
+    out.extend_from_slice(b",\"backed_up_at\":");
+    int(rec.backed_up_at, out);
+    out.extend_from_slice(b",\"source_queue\":");
+    string(&rec.source_queue, out);
+    out.extend_from_slice(b",\"source_vhost\":");
+    string(&rec.source_vhost, out);
+    // Written only when there is one (`skip_serializing_if`), last.
+    if let Some(f) = rec.message_format {
+        out.extend_from_slice(b",\"message_format\":");
+        match f {
+            MessageFormat::Amqp10 => out.extend_from_slice(b"\"amqp-1.0\""),
+        }
+    }
+    out.push(b'}');
+}
+
+fn properties(p: &BackupProperties, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"content_type\":");
+    opt_string(&p.content_type, out);
+    out.extend_from_slice(b",\"content_encoding\":");
+    opt_string(&p.content_encoding, out);
+    out.extend_from_slice(b",\"delivery_mode\":");
+    opt_int(p.delivery_mode, out);
+    out.extend_from_slice(b",\"priority\":");
+    opt_int(p.priority, out);
+    out.extend_from_slice(b",\"correlation_id\":");
+    opt_string(&p.correlation_id, out);
+    out.extend_from_slice(b",\"reply_to\":");
+    opt_string(&p.reply_to, out);
+    out.extend_from_slice(b",\"expiration\":");
+    opt_string(&p.expiration, out);
+    out.extend_from_slice(b",\"message_id\":");
+    opt_string(&p.message_id, out);
+    out.extend_from_slice(b",\"timestamp\":");
+    opt_int(p.timestamp, out);
+    out.extend_from_slice(b",\"type_field\":");
+    opt_string(&p.type_field, out);
+    out.extend_from_slice(b",\"user_id\":");
+    opt_string(&p.user_id, out);
+    out.extend_from_slice(b",\"app_id\":");
+    opt_string(&p.app_id, out);
+    out.extend_from_slice(b",\"cluster_id\":");
+    opt_string(&p.cluster_id, out);
+    out.push(b'}');
+}
+
+/// A header table: `[["key",value],...]`.
+fn table(t: &[(String, BackupHeaderValue)], out: &mut Vec<u8>) {
+    out.push(b'[');
+    for (i, (k, v)) in t.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'[');
+        string(k, out);
+        out.push(b',');
+        value(v, out);
+        out.push(b']');
+    }
+    out.push(b']');
+}
+
+/// A header value: `{"Variant":value}`, or `"Void"` (serde's externally tagged enum).
+fn value(v: &BackupHeaderValue, out: &mut Vec<u8>) {
+    use BackupHeaderValue as V;
+    match v {
+        V::LongString(s) => tagged(b"LongString", out, |o| string(s, o)),
+        V::LongStringBytes(b) => tagged(b"LongStringBytes", out, |o| bytes(b, o)),
+        V::ShortString(s) => tagged(b"ShortString", out, |o| string(s, o)),
+        V::Long(n) => tagged(b"Long", out, |o| int(*n, o)),
+        V::Short(n) => tagged(b"Short", out, |o| int(*n, o)),
+        V::ShortShortInt(n) => tagged(b"ShortShortInt", out, |o| int(*n, o)),
+        V::ShortShortUInt(n) => tagged(b"ShortShortUInt", out, |o| int(*n, o)),
+        V::ShortInt(n) => tagged(b"ShortInt", out, |o| int(*n, o)),
+        V::ShortUInt(n) => tagged(b"ShortUInt", out, |o| int(*n, o)),
+        V::LongInt(n) => tagged(b"LongInt", out, |o| int(*n, o)),
+        V::LongUInt(n) => tagged(b"LongUInt", out, |o| int(*n, o)),
+        V::LongLongInt(n) => tagged(b"LongLongInt", out, |o| int(*n, o)),
+        V::Bool(b) => tagged(b"Bool", out, |o| {
+            o.extend_from_slice(if *b { b"true" } else { b"false" })
+        }),
+        V::Bytes(b) => tagged(b"Bytes", out, |o| bytes(b, o)),
+        V::Timestamp(n) => tagged(b"Timestamp", out, |o| int(*n, o)),
+        // Rare: serde_json writes the number itself (its float forms), the non-finite ones
+        // are the strings of `json.rs`.
+        V::Float(_) | V::Double(_) => serde_value(v, out),
+        V::Decimal { scale, value } => tagged(b"Decimal", out, |o| {
+            o.extend_from_slice(b"{\"scale\":");
+            int(*scale, o);
+            o.extend_from_slice(b",\"value\":");
+            int(*value, o);
+            o.push(b'}');
+        }),
+        V::Void => out.extend_from_slice(b"\"Void\""),
+        V::Table(t) => tagged(b"Table", out, |o| table(t, o)),
+        V::Array(a) => tagged(b"Array", out, |o| {
+            o.push(b'[');
+            for (i, v) in a.iter().enumerate() {
+                if i > 0 {
+                    o.push(b',');
+                }
+                value(v, o);
+            }
+            o.push(b']');
+        }),
+    }
+}
+
+fn tagged(name: &[u8], out: &mut Vec<u8>, inner: impl FnOnce(&mut Vec<u8>)) {
+    out.extend_from_slice(b"{\"");
+    out.extend_from_slice(name);
+    out.extend_from_slice(b"\":");
+    inner(out);
+    out.push(b'}');
+}
+
+fn serde_value(v: &BackupHeaderValue, out: &mut Vec<u8>) {
+    // Writing to a Vec cannot fail and a header value has no fallible Serialize.
+    if let Err(e) = serde_json::to_writer(&mut *out, v) {
+        log::error!("record header encoding failed unexpectedly: {e}");
+    }
+}
+
+/// A byte vector as serde writes it: a JSON array of numbers.
+fn bytes(b: &[u8], out: &mut Vec<u8>) {
+    out.push(b'[');
+    for (i, &x) in b.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        int(x, out);
+    }
+    out.push(b']');
+}
+
+fn int<I: itoa::Integer>(n: I, out: &mut Vec<u8>) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+fn opt_int<I: itoa::Integer>(n: Option<I>, out: &mut Vec<u8>) {
+    match n {
+        Some(n) => int(n, out),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn opt_string(s: &Option<String>, out: &mut Vec<u8>) {
+    match s {
+        Some(s) => string(s, out),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// What serde_json writes for each byte of a string: 0 the byte itself, `u` `\u00XX`, any other
+/// the byte after a backslash (`"`, `\`, `b`, `f`, `n`, `r`, `t`). Non-ASCII bytes and DEL are
+/// written as they are.
+const ESCAPE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = b'u';
+        i += 1;
+    }
+    t[0x08] = b'b';
+    t[0x09] = b't';
+    t[0x0a] = b'n';
+    t[0x0c] = b'f';
+    t[0x0d] = b'r';
+    t[b'"' as usize] = b'"';
+    t[b'\\' as usize] = b'\\';
+    t
+};
+
+/// A JSON string as serde_json writes it (lowercase hex in `\u00XX`).
+fn string(s: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let b = s.as_bytes();
+    out.reserve(b.len() + 2);
+    out.push(b'"');
+    let mut start = 0;
+    for (i, &c) in b.iter().enumerate() {
+        let e = ESCAPE[c as usize];
+        if e == 0 {
+            continue;
+        }
+        out.extend_from_slice(&b[start..i]);
+        if e == b'u' {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(c >> 4) as usize],
+                HEX[(c & 0xf) as usize],
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', e]);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&b[start..]);
+    out.push(b'"');
+}
