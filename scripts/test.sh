@@ -141,16 +141,18 @@ fi
 # Every test built (above), the groups run at once (most tests wait on a broker, not a core):
 # the tests that build and install packages, the tests that stop, kill or alarm nodes of the
 # test cluster (one binary at a time), the cross-version set on each other broker, the doc
-# tests, and all the others, RMQ_TEST_JOBS (default 3) test binaries at a time, the longest
-# first (one after the other they took 40 minutes). Each group's output is printed when it
+# tests, and all the others, RMQ_TEST_JOBS (default 4) test binaries at a time, each running
+# RUST_TEST_THREADS (default 4) of its tests at a time, the longest first (one after the
+# other they took 40 minutes; 3 at a time with 2 tests each, 23). Each group's output is printed when it
 # ends, the pool's binary by binary with its time; the run fails if any group fails.
 slow_builds=(packaging static_binary container_image)
 cluster=(cluster faults_broker faults_restore)
 # The pool's longest binaries (seconds on a fresh 2-core machine), started first.
-longest=(delivery_limit_4x deep_quorum restore_kill_window delivery_limit amqp10_backup lock_race)
+longest=(delivery_limit_4x unacked_at_start faults_backup resume lib deep_quorum shards delivery_limit
+    restore_kill_window faults_storage amqp10_restore)
 rest=()
-for t in "${longest[@]}"; do [[ -f tests/$t.rs ]] && rest+=("$t"); done
-rest+=(lib bins)
+for t in "${longest[@]}"; do [[ -f tests/$t.rs || $t == lib ]] && rest+=("$t"); done
+rest+=(bins)
 for f in tests/*.rs; do
     t=$(basename "$f" .rs)
     [[ " ${slow_builds[*]} ${cluster[*]} ${rest[*]} " == *" $t "* ]] || rest+=("$t")
@@ -172,7 +174,8 @@ pool_one() {
     case $t in lib) args=(--lib) ;; bins) args=(--bins) ;; *) args=(--test "$t") ;; esac
     local extra=()
     [[ -z $TEST_SH_ARGS ]] || mapfile -t extra <<<"$TEST_SH_ARGS"
-    cargo test --locked "${extra[@]}" "${args[@]}" >"$logs/pool.$t" 2>&1 || rc=$?
+    RUST_TEST_THREADS=${RUST_TEST_THREADS:-4} cargo test --locked "${extra[@]}" "${args[@]}" \
+        >"$logs/pool.$t" 2>&1 || rc=$?
     echo "$((SECONDS - start)) s, exit $rc, ended at $(($(date +%s) - TEST_SH_T0)) s" >"$logs/pool.$t.secs"
     [[ $rc == 0 ]]
 }
@@ -184,7 +187,7 @@ TEST_SH_T0=$(($(date +%s) - SECONDS))
 export logs TEST_SH_ARGS TEST_SH_T0
 run_pool() {
     local start=$SECONDS
-    if printf '%s\n' "$@" | xargs -P "${RMQ_TEST_JOBS:-3}" -I{} bash -c 'pool_one "$1"' _ {}; then
+    if printf '%s\n' "$@" | xargs -P "${RMQ_TEST_JOBS:-4}" -I{} bash -c 'pool_one "$1"' _ {}; then
         echo ok >"$logs/rest.rc"
     fi
     : >"$logs/rest"
