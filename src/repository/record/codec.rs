@@ -8,7 +8,7 @@
 use super::body::{parse_compact, write_body};
 use super::tail::parse_tail;
 use super::write::write_fields;
-use super::{BackupHeaderValue, BackupProperties, BackupRecord, MessageFormat};
+use super::{BackupRecord, MessageFormat};
 use crate::error::{Error, Result};
 
 /// How every record encode_record writes begins.
