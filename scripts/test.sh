@@ -141,9 +141,10 @@ fi
 # Every test built (above), the groups run at once (most tests wait on a broker, not a core):
 # the tests that build and install packages, the tests that stop, kill or alarm nodes of the
 # test cluster (one binary at a time), the cross-version set on each other broker, the doc
-# tests, and all the others, RMQ_TEST_JOBS (default 4) test binaries at a time, each running
-# RUST_TEST_THREADS (default 4) of its tests at a time, the longest first (one after the
-# other they took 40 minutes; 3 at a time with 2 tests each, 23). Each group's output is printed when it
+# tests, and all the others, RMQ_TEST_JOBS (default 3) test binaries at a time, each running
+# RUST_TEST_THREADS (default 2) of its tests at a time, the longest first. On 2 cores the
+# tests are CPU-bound: one binary at a time the group took 40 minutes, 3 x 2 took 23, and
+# 4 x 4 took as long (22) with single tests 3 times slower (load average 15-30). Each group's output is printed when it
 # ends, the pool's binary by binary with its time; the run fails if any group fails.
 slow_builds=(packaging static_binary container_image)
 cluster=(cluster faults_broker faults_restore)
@@ -174,7 +175,7 @@ pool_one() {
     case $t in lib) args=(--lib) ;; bins) args=(--bins) ;; *) args=(--test "$t") ;; esac
     local extra=()
     [[ -z $TEST_SH_ARGS ]] || mapfile -t extra <<<"$TEST_SH_ARGS"
-    RUST_TEST_THREADS=${RUST_TEST_THREADS:-4} cargo test --locked "${extra[@]}" "${args[@]}" \
+    RUST_TEST_THREADS=${RUST_TEST_THREADS:-2} cargo test --locked "${extra[@]}" "${args[@]}" \
         >"$logs/pool.$t" 2>&1 || rc=$?
     echo "$((SECONDS - start)) s, exit $rc, ended at $(($(date +%s) - TEST_SH_T0)) s" >"$logs/pool.$t.secs"
     [[ $rc == 0 ]]
@@ -187,7 +188,7 @@ TEST_SH_T0=$(($(date +%s) - SECONDS))
 export logs TEST_SH_ARGS TEST_SH_T0
 run_pool() {
     local start=$SECONDS
-    if printf '%s\n' "$@" | xargs -P "${RMQ_TEST_JOBS:-4}" -I{} bash -c 'pool_one "$1"' _ {}; then
+    if printf '%s\n' "$@" | xargs -P "${RMQ_TEST_JOBS:-3}" -I{} bash -c 'pool_one "$1"' _ {}; then
         echo ok >"$logs/rest.rc"
     fi
     : >"$logs/rest"

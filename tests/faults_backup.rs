@@ -343,9 +343,10 @@ fn the_management_api_down_mid_run_stops_only_what_needs_it() {
     proxy.cut();
     let down = Instant::now();
     let out = child.wait_with_output().unwrap();
-    // Bounded (a hang never ends); generous for a loaded machine reading `q` in a debug build.
+    // Bounded (a hang never ends); generous for a loaded machine reading `q` in a debug build
+    // (375 s with the suite at load average 15-30).
     assert!(
-        down.elapsed() < Duration::from_secs(240),
+        down.elapsed() < Duration::from_secs(600),
         "{:?}",
         down.elapsed()
     );
