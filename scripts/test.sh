@@ -143,12 +143,13 @@ fi
 # test cluster (one binary at a time), the cross-version set on each other broker, the doc
 # tests, and all the others, RMQ_TEST_JOBS (default 3) test binaries at a time, each running
 # RUST_TEST_THREADS (default 2) of its tests at a time, the longest first. On 2 cores the
-# tests are CPU-bound: one binary at a time the group took 40 minutes, 3 x 2 took 23, and
-# 4 x 4 took as long (22) with single tests 3 times slower (load average 15-30). Each group's output is printed when it
-# ends, the pool's binary by binary with its time; the run fails if any group fails.
+# tests are CPU-bound: one binary at a time the group took 40 minutes, 3 x 2 took 18-23, and
+# 4 x 4 took as long (22) with single tests 3 times slower (load average 15-30). Each group's
+# output is printed when it ends, the pool's binary by binary with its time; the run fails if
+# any group fails, and its last lines name what failed.
 slow_builds=(packaging static_binary container_image)
 cluster=(cluster faults_broker faults_restore)
-# The pool's longest binaries (seconds on a fresh 2-core machine), started first.
+# The pool's longest binaries, started first (each took 1.5-12 minutes in the suite).
 longest=(delivery_limit_4x unacked_at_start faults_backup resume lib deep_quorum shards delivery_limit
     restore_kill_window faults_storage amqp10_restore)
 rest=()
@@ -214,14 +215,20 @@ for b in "${cross_brokers[@]}"; do
 done
 wait "${groups[@]}"
 failed=0
+failed_groups=()
 for g in rest cluster packaging doc "${cross_brokers[@]/#/cross-}"; do
     echo "=== test group: $g ($(cat "$logs/$g.secs" 2>/dev/null)) ==="
     cat "$logs/$g"
-    [[ -f "$logs/$g.rc" ]] || failed=1
+    [[ -f "$logs/$g.rc" ]] || { failed=1; failed_groups+=("$g"); }
 done
 echo "=== the pool's binaries by time ==="
 for t in "${rest[@]}"; do echo "$t: $(cat "$logs/pool.$t.secs" 2>/dev/null || echo "not run")"; done |
     sort -t: -k2 -rn
+# What failed, last (a CI log may keep only its end): groups, and the pool's binaries.
+for t in "${rest[@]}"; do
+    grep -q ", exit 0," "$logs/pool.$t.secs" 2>/dev/null || failed_groups+=("rest: $t")
+done
+for g in "${failed_groups[@]}"; do echo "scripts/test.sh: FAILED: $g (its output above)" >&2; done
 echo "=== the book (scripts/build-docs.sh) ==="
 cat "$docs_log"
 wait "$docs_build" || failed=1
