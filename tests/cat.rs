@@ -68,9 +68,14 @@ fn body_of(line: &Value) -> Vec<u8> {
 /// Runs `cat` with stdout on a pipe, reads one line, closes the pipe and checks that the
 /// command ends with exit 0 and an empty stderr.
 fn head_n_1(args: &[&str], env: &[(&str, &str)]) {
+    // A spool directory of its own: in the shared one, this run would remove (and log) the
+    // spool of another test's process killed meanwhile, and stderr must hold nothing else
+    // here (seen in the suite).
+    let spool = TempDir::new("cat-spool");
     let mut child = Command::new(binary())
         .args(args)
         .env_remove("RUST_LOG")
+        .env("RMQ_BACKUP_SPOOL_DIR", spool.path())
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
