@@ -36,9 +36,9 @@ mod codec;
 mod json;
 mod meta;
 mod tail;
-mod write;
 #[cfg(test)]
 mod tests;
+mod write;
 
 pub use codec::{check_version_1, decode_record, encode_record};
 pub use meta::{decode_meta, encode_meta};

@@ -405,7 +405,8 @@ fn metadata_is_serde_jsons_record_without_the_body() {
         let mut rec = rng.record();
         rec.body.clear();
         if n % 3 == 0 {
-            rec.headers.push(("nan".into(), BackupHeaderValue::Double(f64::NAN)));
+            rec.headers
+                .push(("nan".into(), BackupHeaderValue::Double(f64::NAN)));
             rec.headers
                 .push(("inf".into(), BackupHeaderValue::Float(f32::NEG_INFINITY)));
         }
@@ -416,7 +417,10 @@ fn metadata_is_serde_jsons_record_without_the_body() {
         encode_meta(&rec, &mut meta);
         let reference = serde_json::to_vec(&rec).unwrap();
         let rest = reference.strip_prefix(b"{\"body\":null,").unwrap();
-        assert!(meta[0] == b'{' && meta[1..] == *rest, "record {n} differs from serde_json");
+        assert!(
+            meta[0] == b'{' && meta[1..] == *rest,
+            "record {n} differs from serde_json"
+        );
         if n % 3 != 0 {
             // (NaN is not equal to itself: those records are compared as bytes only.)
             assert_eq!(decode_meta(&meta, Vec::new()).unwrap(), rec, "record {n}");
