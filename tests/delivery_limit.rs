@@ -166,28 +166,6 @@ fn return_all_counted(conn: &rmq_backup::broker::amqp::Connection, queue: &str, 
     wait_ready(&control, queue, n as u32);
 }
 
-/// Reads every message of `queue` with acknowledgements (nothing is returned, so nothing is
-/// counted or dropped by this read) and gives their sequence numbers and delivery counts.
-fn drain(
-    conn: &rmq_backup::broker::amqp::Connection,
-    queue: &str,
-    n: usize,
-) -> (Vec<i64>, Vec<u64>) {
-    let ch = conn.open_channel().unwrap();
-    let got: Vec<_> = (0..n)
-        .map(|i| {
-            ch.basic_get(queue, true)
-                .unwrap()
-                .unwrap_or_else(|| panic!("message {i} of {n}"))
-                .delivery
-        })
-        .collect();
-    let counts = got
-        .iter()
-        .map(rmq_backup::broker::reader::delivery_count)
-        .collect();
-    (seqs(&got), counts)
-}
 
 /// A quorum queue `orders` of `messages` messages with a dead-letter exchange whose queue
 /// `dead` catches anything the broker drops, and a delivery limit of `limit` set by a policy

@@ -94,23 +94,6 @@ fn wait_for_limit(m: &str, vhost: &str, queue: &str, limit: i64) {
     }
 }
 
-/// Reads every message of `queue` with acknowledgements: sequence numbers and delivery counts.
-fn drain(conn: &Connection, queue: &str, n: usize) -> (Vec<i64>, Vec<u64>) {
-    let ch = conn.open_channel().unwrap();
-    let got: Vec<_> = (0..n)
-        .map(|i| {
-            ch.basic_get(queue, true)
-                .unwrap()
-                .unwrap_or_else(|| panic!("message {i} of {n}"))
-                .delivery
-        })
-        .collect();
-    let counts = got
-        .iter()
-        .map(rmq_backup::broker::reader::delivery_count)
-        .collect();
-    (seqs(&got), counts)
-}
 
 fn backup_config(dir: &TempDir, vhost: &str, amqp: &str, mgmt: &str, extra: &str) -> String {
     let yaml = format!(

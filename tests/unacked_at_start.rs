@@ -11,7 +11,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 const BODY: usize = 1024;
-const N: usize = 30_000;
+/// Messages of each queue of the killed-and-rerun test: about 9 segments of
+/// `segment_max_bytes` 4,000,000 each (version 1 records of 1 KiB bodies are ~3.7 KB), so a
+/// kill once the second segment is stored still lands mid-read.
+const N: usize = 10_000;
 /// Messages of the stalled run's queue.
 const STALLED: usize = 5_000;
 const QUEUES: [(&str, &str); 3] = [
@@ -19,6 +22,12 @@ const QUEUES: [(&str, &str); 3] = [
     ("beta", "quorum"),
     ("gamma", "classic"),
 ];
+
+/// The lock's timing of a rerun that must take over the lock of an earlier run which stopped
+/// renewing it (`RMQ_BACKUP_LOCK_TIMING`: heartbeat, lease, takeover in ms): taken over after
+/// 15 s of watching instead of the default 180 s, which this binary's two such tests spent
+/// waiting.
+const LOCK_TIMING: &[(&str, &str)] = &[("RMQ_BACKUP_LOCK_TIMING", "500,10000,15000")];
 
 /// Ready messages of `queue` now (one passive declare, no settling).
 fn ready_now(conn: &Connection, queue: &str) -> u32 {
@@ -231,7 +240,7 @@ fn a_rerun_waits_for_what_a_stalled_earlier_run_still_holds() {
         assert!(Instant::now() < deadline, "no statistics for beta");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let out = run_cli(&["backup", "--config", &cfg]);
+    let out = run_cli_env(&["backup", "--config", &cfg], LOCK_TIMING);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(
@@ -320,7 +329,7 @@ fn an_earlier_run_s_messages_on_a_queue_without_statistics_yet_are_waited_for() 
     held.basic_cancel(c.tag()).unwrap();
     assert_eq!(ready_now(&conn, "beta"), 0);
 
-    let out = run_cli(&["backup", "--config", &cfg]);
+    let out = run_cli_env(&["backup", "--config", &cfg], LOCK_TIMING);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     // 3.10 counts no consumer once it is cancelled, 4.3 counts it while its channel holds

@@ -561,6 +561,32 @@ pub fn seqs(ds: &[Delivery]) -> Vec<i64> {
     ds.iter().map(|d| header_i64(d, "seq")).collect()
 }
 
+/// Takes the `n` messages of a queue that holds `n` away, in order: their sequence numbers
+/// (`seq`) and delivery counts. One consumer with automatic acknowledgement, so nothing goes
+/// back to the queue (nothing is counted or dropped by this read). It replaced a `basic.get`
+/// per message, which on a RabbitMQ 4.3.6 quorum queue of 50,000 took about 200 s of the
+/// broker (one log command per get); a consumer takes seconds.
+pub fn drain(conn: &Connection, queue: &str, n: usize) -> (Vec<i64>, Vec<u64>) {
+    let ch = conn.open_channel().expect("channel");
+    let consumer = ch
+        .basic_consume(queue, "drain", true, false, &FieldTable::new())
+        .expect("consume");
+    let got: Vec<Delivery> = (0..n)
+        .map(|i| {
+            consumer
+                .recv_timeout(Duration::from_secs(60))
+                .expect("delivery")
+                .unwrap_or_else(|| panic!("queue {queue}: message {i} of {n} never came"))
+        })
+        .collect();
+    let _ = ch.close();
+    let counts = got
+        .iter()
+        .map(rmq_backup::broker::reader::delivery_count)
+        .collect();
+    (seqs(&got), counts)
+}
+
 /// Reads the first `n` messages of `queue` without removing any (consume windows without ack,
 /// then close), in order.
 pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
