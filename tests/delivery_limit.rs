@@ -166,7 +166,6 @@ fn return_all_counted(conn: &rmq_backup::broker::amqp::Connection, queue: &str, 
     wait_ready(&control, queue, n as u32);
 }
 
-
 /// A quorum queue `orders` of `messages` messages with a dead-letter exchange whose queue
 /// `dead` catches anything the broker drops, and a delivery limit of `limit` set by a policy
 /// (`None`: the broker's default, 20 on 4.x).

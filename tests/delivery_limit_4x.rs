@@ -94,7 +94,6 @@ fn wait_for_limit(m: &str, vhost: &str, queue: &str, limit: i64) {
     }
 }
 
-
 fn backup_config(dir: &TempDir, vhost: &str, amqp: &str, mgmt: &str, extra: &str) -> String {
     let yaml = format!(
         r#"mode: backup
