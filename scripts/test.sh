@@ -7,7 +7,8 @@
 # 4.3.6 (RMQ_TEST_BROKER, tests/common), the cross-version set against 4.0.5 and 3.10.8, and
 # a short coverage-guided fuzz run of every decoder of untrusted bytes (scripts/fuzz.sh,
 # RMQ_BACKUP_FUZZ_SECS seconds per target, default 5; 0 skips it). The fuzz targets and the
-# book (scripts/build-docs.sh, mdBook) build beside the tests, which mostly wait on the broker.
+# book (scripts/build-docs.sh, mdBook) build beside the tests, and the fuzz run runs beside
+# the test groups once the tests are built.
 #
 # On a fresh machine the set-up (downloads, debootstraps, apt installs: network and disk) and
 # the first build (CPU) take the longest; they run at once: the brokers' and emulators' set-up
@@ -109,12 +110,24 @@ setup_jobs+=($!)
 setup_steps=(tools chroots storage rabbitmq tls cluster rabbitmq-4x)
 
 fuzz_secs=${RMQ_BACKUP_FUZZ_SECS:-5}
+fuzz_t0=$(($(date +%s) - SECONDS))
 # Seconds-long runs: the targets built without optimisation (scripts/fuzz.sh), which takes a
 # fraction of the release build's CPU (12 minutes beside the tests' build on a fresh machine).
 export RMQ_BACKUP_FUZZ_PROFILE=${RMQ_BACKUP_FUZZ_PROFILE:-dev}
+# The fuzz run follows its build and, so as not to slow the tests' build, waits for it (the
+# marker file $logs/built): it then runs beside the test groups (80 s of one core), where it
+# ran after them. A run that stops before the tests are built leaves no waiting job behind.
 if [[ $fuzz_secs -gt 0 ]]; then
-    scripts/fuzz.sh build >"$fuzz_log" 2>&1 &
-    fuzz_build=$!
+    (
+        scripts/fuzz.sh build || exit
+        until [[ -f $logs/built ]]; do
+            [[ -d $logs ]] || exit 1
+            sleep 1
+        done
+        echo "scripts/test.sh: the fuzz run starts at $(($(date +%s) - fuzz_t0)) s"
+        scripts/fuzz.sh "$fuzz_secs"
+    ) >"$fuzz_log" 2>&1 &
+    fuzz_job=$!
 fi
 # The book (docs/, mdBook): built beside the tests; tests/docs_links.rs checks its links.
 scripts/build-docs.sh >"$docs_log" 2>&1 &
@@ -122,6 +135,7 @@ docs_build=$!
 build_rc=0
 cargo test --locked --no-run "$@" || build_rc=$?
 echo "scripts/test.sh: the tests built at $SECONDS s"
+[[ $build_rc -ne 0 ]] || : >"$logs/built"
 # Every step ends (one killed halfway could leave apt or a chroot half made), then each
 # step's output is printed, in order; a failed or skipped step fails the run.
 for job in "${setup_jobs[@]}"; do wait "$job" || true; done
@@ -228,20 +242,17 @@ for t in "${rest[@]}"; do echo "$t: $(cat "$logs/pool.$t.secs" 2>/dev/null || ec
 for t in "${rest[@]}"; do
     grep -q ", exit 0," "$logs/pool.$t.secs" 2>/dev/null || failed_groups+=("rest: $t")
 done
-for g in "${failed_groups[@]}"; do echo "scripts/test.sh: FAILED: $g (its output above)" >&2; done
 echo "=== the book (scripts/build-docs.sh) ==="
 cat "$docs_log"
-wait "$docs_build" || failed=1
-if [[ $failed -ne 0 ]]; then
-    echo "scripts/test.sh: a test group or the book failed (see above)" >&2
-    exit 1
-fi
+wait "$docs_build" || { failed=1; failed_groups+=("the book (scripts/build-docs.sh)"); }
 if [[ $fuzz_secs -gt 0 ]]; then
-    if ! wait "$fuzz_build"; then
-        cat "$fuzz_log" >&2
-        exit 1
-    fi
-    echo "scripts/test.sh: the tests ended at $SECONDS s; the fuzz run starts"
-    scripts/fuzz.sh "$fuzz_secs"
+    echo "=== the fuzz build and run (scripts/fuzz.sh) ==="
+    wait "$fuzz_job" || { failed=1; failed_groups+=("the fuzz build or run (scripts/fuzz.sh)"); }
+    cat "$fuzz_log"
+fi
+for g in "${failed_groups[@]}"; do echo "scripts/test.sh: FAILED: $g (its output above)" >&2; done
+if [[ $failed -ne 0 || ${#failed_groups[@]} -gt 0 ]]; then
+    echo "scripts/test.sh: a test group, the book or the fuzz run failed (see above)" >&2
+    exit 1
 fi
 echo "scripts/test.sh: passed in $SECONDS s"
