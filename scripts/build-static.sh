@@ -5,7 +5,7 @@
 #
 # Usage: scripts/build-static.sh
 # Environment: RMQ_BACKUP_STATIC_PROFILE, the cargo profile (default `release`, what is shipped:
-# fat LTO, one codegen unit). scripts/test.sh sets `static-check` (Cargo.toml: not optimised, no
+# fat LTO, one codegen unit). scripts/test.sh sets `static-check` (Cargo.toml: the tests' settings, no
 # debug info): the tests of the static binary and its packages check what static linking, the
 # musl target and the packaging do, which optimisation does not change, and that build takes a
 # fraction of the release build's CPU on a fresh machine.
