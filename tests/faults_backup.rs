@@ -108,8 +108,7 @@ fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
     // the suite). Slowed from the start (about 12 s for the whole queue), the close lands
     // mid-read. (`basic.get` waits a round trip per message, which the slow proxy would make
     // 16 ms: that read is slowed only while the close is made.)
-    let consumers = kind == "quorum";
-    if consumers {
+    if kind == "quorum" {
         proxy.set(Mode::Slow);
     }
     let (child, lines) = spawn_cli(&["backup", "--config", &cfg], &[]);
