@@ -43,49 +43,13 @@ fn source_whole(conn: &rmq_backup::broker::amqp::Connection) {
     assert_eq!(seqs(&peek(conn, "q", N)), (0..N as i64).collect::<Vec<_>>());
 }
 
-/// Closes the connection named `prefix...` at once with `rabbitmqctl close_connection` (what
-/// an operator does; its list is live, where the management API's lags by seconds).
-fn close_now(prefix: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = broker()
-            .rabbitmqctl()
-            .args([
-                "list_connections",
-                "-q",
-                "--no-table-headers",
-                "pid",
-                "client_properties",
-            ])
-            .output()
-            .expect("rabbitmqctl");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if let Some(name) = text
-            .lines()
-            .find(|l| l.contains(prefix))
-            .and_then(|l| l.split('\t').next())
-        {
-            let st = broker()
-                .rabbitmqctl()
-                .args(["close_connection", name, "fault test"])
-                .output()
-                .expect("rabbitmqctl close_connection");
-            assert!(st.status.success(), "{st:?}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "no connection {prefix}: {text}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The backup of queue `q` of kind `kind`, its connection closed by an operator mid-read with
-/// `close` (its name prefix given), completes: retried, every message once, in order.
-fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
+/// The backup of queue `q` of kind `kind`, its connection closed by an operator mid-read
+/// (`DELETE /api/connections/{name}`), completes: retried, every message once, in order.
+fn closed_mid_read(kind: &str, extra: &str) {
     let (vh, conn) = seeded(&format!("fault-forced-{kind}"), kind);
     let dir = TempDir::new("fault-forced");
     let store = dir.path().join("store");
-    // Through a proxy that slows the read while the connection is being closed: a close that
-    // takes seconds on a loaded machine (rabbitmqctl starts a VM) still lands mid-read.
+    // Through a proxy that slows the read while the connection is being closed.
     let proxy = TcpProxy::start(format!("127.0.0.1:{}", broker().amqp_port).parse().unwrap());
     let yaml = backup_yaml(
         "forced",
@@ -103,11 +67,10 @@ fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
     );
     let cfg = write_config(dir.path(), "b.yaml", &yaml);
     // A queue read with consumers (quorum) is pushed to the tool as fast as the network goes:
-    // with the proxy at full speed every delivery had arrived before the first segment was
-    // stored, and the read ended before the close landed (20,000 messages in 4.3 s, seen in
-    // the suite). Slowed from the start (about 12 s for the whole queue), the close lands
-    // mid-read. (`basic.get` waits a round trip per message, which the slow proxy would make
-    // 16 ms: that read is slowed only while the close is made.)
+    // at full speed every delivery had arrived before the first segment was stored (20,000
+    // messages in 4.3 s, seen in the suite). Slowed from the start (about 12 s for the whole
+    // queue), a segment is stored mid-read. (`basic.get` waits a round trip per message,
+    // which the slow proxy would make 16 ms.)
     if kind == "quorum" {
         proxy.set(Mode::Slow);
     }
@@ -119,9 +82,24 @@ fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
         assert!(Instant::now() < deadline, "{kind}: no segment stored");
         std::thread::sleep(Duration::from_millis(5));
     }
+    // Slowed while the connection is closed and until the tool has seen the close, so the
+    // read cannot end first. (In CI a read slowed to 16.7 s ended before two `rabbitmqctl`
+    // calls had closed it; the management API closes it in milliseconds once it lists it,
+    // seconds after it opened. The tool sees the close behind what the sockets held, ~12 s
+    // on a quorum queue.) Not held (`Mode::Stall`): a held read asks for the queue's depth
+    // after 2 s without a delivery, and the answer, behind megabytes of deliveries, came
+    // after the tool's 30 s RPC timeout. The broker's connection.close (CONNECTION_FORCED)
+    // names the operator's close; a broker that cannot write it in time (its socket full of
+    // deliveries) resets the connection.
     proxy.set(Mode::Slow);
-    close(&format!("rmq-backup forced {} ", vh.name));
+    close_connection(&format!("rmq-backup forced {} ", vh.name), "fault test");
+    let retried = wait_line(&lines, "reading it again from its head");
     proxy.set(Mode::Pass);
+    assert!(
+        retried.contains("CONNECTION_FORCED")
+            || retried.contains("Connection error: connection reset"),
+        "{kind}: {retried}"
+    );
     let out = child.wait_with_output().unwrap();
     let log: Vec<String> = rest_of(&lines);
     assert_eq!(
@@ -130,15 +108,6 @@ fn closed_mid_read(kind: &str, extra: &str, close: fn(&str)) {
         "{kind}: exit {:?}; {}",
         out.status,
         log.join(" | ")
-    );
-    // The broker's connection.close (CONNECTION_FORCED) names the operator's close; a broker
-    // that cannot write it in time (its socket full of deliveries) resets the connection.
-    assert!(
-        log.iter().any(|l| (l.contains("CONNECTION_FORCED")
-            || l.contains("Connection error: connection reset"))
-            && l.contains("reading it again from its head")),
-        "{kind}: {}",
-        log.join("\n")
     );
     let m = manifest(&store, "forced");
     assert!(m.completed_at.is_some());
@@ -200,16 +169,14 @@ fn stored_segments(dir: &std::path::Path) -> usize {
 fn a_connection_closed_by_an_operator_is_retried_and_the_backup_completes() {
     // basic.get reads ~10,000 messages a second in a debug build: seconds for the management
     // API to list the connection and the test to close it (DELETE /api/connections/{name}).
-    closed_mid_read("classic", "  requeue_strategy: get\n", |prefix| {
-        close_connection(prefix, "fault test");
-    });
+    closed_mid_read("classic", "  requeue_strategy: get\n");
 }
 
 #[test]
 fn a_quorum_queue_keeps_its_order_when_the_backups_connection_is_closed() {
     // Consumers (the default): RabbitMQ gives a lost consumer's messages back in order. (A
     // quorum queue is never read with basic.get, which it requeues out of order.)
-    closed_mid_read("quorum", "  requeue_strategy: get\n", close_now);
+    closed_mid_read("quorum", "  requeue_strategy: get\n");
 }
 
 /// The broker's AMQP port behind the fault proxy, with 1 s heartbeats.
