@@ -248,6 +248,17 @@ if [[ $fuzz_secs -gt 0 ]]; then
     wait "$fuzz_job" || failed_groups+=("the fuzz build or run (scripts/fuzz.sh)")
     cat "$fuzz_log"
 fi
+if [[ ${#failed_groups[@]} -gt 0 ]]; then
+    # Each failed test's message, short, where a CI log that keeps only its end still shows
+    # it (a CI run once named a failed cross-version test and nothing of why).
+    echo "=== the failed tests, in short ==="
+    for g in rest cluster packaging doc "${cross_brokers[@]/#/cross-}"; do
+        awk -v g="$g" '
+            /^---- .* stdout ----$/ { n = 0; on = 1; print "[" g "] " $0; next }
+            on && (/^stack backtrace:/ || /^failures:$/ || /^note: / || ++n > 12) { on = 0 }
+            on { print "[" g "]   " $0 }' "$logs/$g" 2>/dev/null | cut -c1-1000
+    done
+fi
 for g in "${failed_groups[@]}"; do echo "scripts/test.sh: FAILED: $g (its output above)" >&2; done
 if [[ ${#failed_groups[@]} -gt 0 ]]; then
     echo "scripts/test.sh: a test group, the book or the fuzz run failed (see above)" >&2
