@@ -99,7 +99,12 @@ def publish(url, vhost, address, count, seed):
 
 class Receive(MessagingHandler):
     def __init__(self, url, vhost, address, count, outcome):
-        super().__init__(auto_accept=False, prefetch=min(count, 500))
+        # Credit granted by hand, never more than the messages still to read: with Proton's
+        # prefetch the link was given credit again as messages came, so the broker delivered
+        # released messages again to this link before its detach, which gave them back once
+        # more (RabbitMQ 4.0.5 quorum queue: one read counted 2 in x-delivery-count for 9 of
+        # 16 messages, 1 for the others, under load).
+        super().__init__(auto_accept=False, prefetch=0)
         self.url, self.vhost, self.address = url, vhost, address
         self.left = count
         self.held = []
@@ -108,7 +113,8 @@ class Receive(MessagingHandler):
     def on_start(self, event):
         conn = event.container.connect(self.url, virtual_host="vhost:" + self.vhost,
                                        allowed_mechs="PLAIN")
-        event.container.create_receiver(conn, self.address)
+        receiver = event.container.create_receiver(conn, self.address)
+        receiver.flow(min(self.left, 500))
 
     def on_delivery(self, event):
         d = event.delivery
@@ -121,6 +127,8 @@ class Receive(MessagingHandler):
         print(json.dumps({"raw": raw.hex(), "body": repr(m.body), "subject": m.subject,
                           "properties": repr(m.properties)}), flush=True)
         self.left -= 1
+        if event.link.credit == 0 and self.left > 0:
+            event.link.flow(min(self.left, 500))
         if self.outcome == Delivery.ACCEPTED:
             d.update(self.outcome)
             d.settle()
