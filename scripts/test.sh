@@ -256,7 +256,7 @@ if [[ ${#failed_groups[@]} -gt 0 ]]; then
         awk -v g="$g" '
             /^---- .* stdout ----$/ { n = 0; on = 1; print "[" g "] " $0; next }
             on && (/^stack backtrace:/ || /^failures:$/ || /^note: / || ++n > 12) { on = 0 }
-            on { print "[" g "]   " $0 }' "$logs/$g" 2>/dev/null | cut -c1-1000
+            on { print "[" g "]   " $0 }' "$logs/$g" 2>/dev/null | cut -c1-1000 || true
     done
 fi
 for g in "${failed_groups[@]}"; do echo "scripts/test.sh: FAILED: $g (its output above)" >&2; done
