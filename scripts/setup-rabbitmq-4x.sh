@@ -150,9 +150,18 @@ make_chroot() {
 configure() {
     local dir=$1 node=$2 amqp=$3 stream=$4 mgmt=$5 dist=$6 extra=${7:-}
     cp /etc/hosts "$dir/etc/hosts"
+    # The open-file limit raised to the hard limit: RabbitMQ 4.x keeps a file open per classic
+    # queue holding messages, and at the usual 1,024 a node fails the ~970th queue's declare
+    # (INTERNAL_ERROR, emfile: scripts/bench.sh many). Set by the server script itself
+    # (RABBITMQ_MAX_OPEN_FILES), after its `su rabbitmq`, whose PAM session (pam_limits) had put
+    # back a soft limit of 1,024 that a `ulimit -n` before it had raised.
+    local nofile
+    nofile=$(ulimit -Hn)
+    [[ $nofile == unlimited ]] && nofile=1048576
     cat >"$dir/etc/rabbitmq/rabbitmq-env.conf" <<ENV
 NODENAME=$node
 DIST_PORT=$dist
+RABBITMQ_MAX_OPEN_FILES=$nofile
 ENV
     cat >"$dir/etc/rabbitmq/rabbitmq.conf" <<CONF
 listeners.tcp.default = 127.0.0.1:$amqp
@@ -170,11 +179,12 @@ CONF
 # with this configuration is left alone; one running with another is restarted.
 start() {
     local dir=$1 node=$2 amqp=$3 stream=$4 mgmt=$5 dist=$6 extra=${7:-}
-    local before=""
-    [[ -f "$dir/etc/rabbitmq/rabbitmq.conf" ]] && before="$(cat "$dir/etc/rabbitmq/rabbitmq.conf")"
+    local conf=("$dir/etc/rabbitmq/rabbitmq.conf" "$dir/etc/rabbitmq/rabbitmq-env.conf")
+    local before
+    before="$(cat "${conf[@]}" 2>/dev/null || true)"
     configure "$dir" "$node" "$amqp" "$stream" "$mgmt" "$dist" "$extra"
     if ready "$amqp" "$stream" "$mgmt" "${@:8}"; then
-        if [[ "$before" == "$(cat "$dir/etc/rabbitmq/rabbitmq.conf")" ]]; then
+        if [[ "$before" == "$(cat "${conf[@]}")" ]]; then
             log "$node already running"
             return
         fi
@@ -185,10 +195,7 @@ start() {
     local deadline=$((SECONDS + 60))
     while port_open "$amqp" && ((SECONDS < deadline)); do sleep 1; done
     log "starting $node"
-    # The open-file limit raised to the hard limit first: RabbitMQ 4.x keeps a file open per
-    # classic queue holding messages, and at the usual 1,024 a node fails the ~970th queue's
-    # declare (INTERNAL_ERROR, emfile: scripts/bench.sh many).
-    chroot "$dir" bash -c 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; export HOME=/var/lib/rabbitmq; nohup rabbitmq-server >/var/log/rabbitmq/console.log 2>&1 &'
+    chroot "$dir" bash -c 'export HOME=/var/lib/rabbitmq; nohup rabbitmq-server >/var/log/rabbitmq/console.log 2>&1 &'
 }
 
 wait_ready() { # wait_ready DIR NODENAME AMQP STREAM MGMT [MORE_PORTS...]
