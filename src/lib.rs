@@ -57,6 +57,15 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The cores this process may use (`std::thread::available_parallelism`, at least 1), read
+/// once: on Linux each call reads the cgroup's CPU quota files and `sched_getaffinity`, and
+/// asked once per segment it was ~6% of a backup's CPU for 5,000 small queues (perf,
+/// 2026-11-29).
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Makes ring the process-wide rustls crypto provider; idempotent, call before any TLS
 /// connection. Both ring (through ureq) and aws-lc-rs (through attohttpc's rustls feature,
 /// see Cargo.toml) are compiled in, and with two providers rustls cannot choose one itself: the

@@ -39,13 +39,12 @@ pub(super) fn in_window(backed_up_at: i64, opts: &RestoreOptions) -> bool {
 const CHUNK_RAW_BYTES: usize = 1 << 20;
 
 /// Chunks decoded at once for each of `queues` queues restored at once: the cores
-/// (`available_parallelism`) shared among them, at least 1 and at most 4 each (1: the queue's
+/// ([`crate::cores`]) shared among them, at least 1 and at most 4 each (1: the queue's
 /// fetching thread decodes). Measured on 2 cores: 8 queues restored at once with 2 decoders
 /// each peaked at 103-146 MB (threads, their malloc arenas and chunks in flight) against
 /// 51-80 MB with one decoder each.
 pub(super) fn decode_workers(queues: usize) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cores / queues.max(1)).clamp(1, 4)
+    (crate::cores() / queues.max(1)).clamp(1, 4)
 }
 
 /// A decoded chunk to be forwarded in order.

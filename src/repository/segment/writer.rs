@@ -157,7 +157,7 @@ pub const LARGE_BODY_BYTES: usize = 16 * 1024;
 /// RBAK format is unchanged: SPEC.md "Segment file"). A pool that compressed independent blocks
 /// would need one frame per block, which other readers of the format may not expect.
 ///
-/// Default (cores from `std::thread::available_parallelism`): large bodies
+/// Default (cores from [`crate::cores`]): large bodies
 /// ([`LARGE_BODY_BYTES`]) get one worker per core, at most 8; small bodies get none on a
 /// machine of 2 cores or fewer, else the cores less one, at most 8. Measured on 2 cores shared
 /// with the broker (release, 2 rounds): 64 KiB random bodies backed up at 649 msg/s without
@@ -170,12 +170,7 @@ pub fn zstd_workers(mean_body_bytes: usize) -> u32 {
             .ok()
             .and_then(|v| v.trim().parse().ok())
     });
-    forced.unwrap_or_else(|| {
-        default_zstd_workers(
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-            mean_body_bytes,
-        )
-    })
+    forced.unwrap_or_else(|| default_zstd_workers(crate::cores(), mean_body_bytes))
 }
 
 /// [`zstd_workers`]' default for a machine of `cores` cores.
@@ -198,11 +193,11 @@ mod worker_budget {
 
     static IN_USE: AtomicU32 = AtomicU32::new(0);
 
-    /// Computed once: `available_parallelism` reads cgroup files on Linux.
+    /// Computed once.
     fn budget() -> u32 {
         static BUDGET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
         *BUDGET.get_or_init(|| {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+            let cores = crate::cores() as u32;
             let forced = super::zstd_workers(0);
             cores.min(8).max(forced.saturating_mul(8).min(64))
         })
