@@ -633,6 +633,70 @@ fn offsets_no_message_takes_are_not_damage() {
     );
 }
 
+/// The end of a stream is asked of the broker (`StreamStats`, RabbitMQ 3.11+), not guessed
+/// from the management API's count, which a stream seconds old does not have (`null` for 4 s
+/// after 2,000 confirmed messages on 4.0.5 under load): with that count taken as 0 the backup
+/// waited 5 s for the stream's last chunk and, when the broker took longer, backed the stream
+/// up as empty (a CI run's failure of `offsets_no_message_takes_are_not_damage` on 4.0.5 is
+/// the likely case). An empty stream is known at once, a stream whose only chunk is a stored
+/// consumer offset is backed up as empty, and a stream just published to is backed up whole.
+#[test]
+fn the_end_of_a_stream_is_asked_of_the_broker() {
+    use rmq_backup::broker::stream::{StreamConnection, StreamOptions};
+    let v = TestVhost::new("stream-stats");
+    let conn = v.connect();
+    let url = rmq_backup::broker::amqp::AmqpUrl::parse(&amqp_url(&v.name)).unwrap();
+    let sconn = StreamConnection::open(&StreamOptions::from_amqp_url(&url, stream_port()))
+        .expect("stream connection");
+    let (major, minor) = broker().version;
+    assert_eq!(sconn.has_stream_stats(), (major, minor) >= (3, 11));
+    declare_stream(&conn, "empty");
+    declare_stream(&conn, "tracked");
+    declare_stream(&conn, "fresh");
+    if sconn.has_stream_stats() {
+        assert_eq!(sconn.committed_chunk_id("empty").unwrap(), None);
+        let e = sconn
+            .committed_chunk_id("none-such")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("Stream protocol error: stream stats of stream none-such"),
+            "{e}"
+        );
+    }
+    sconn.store_offset("a-consumer", "tracked", 0).unwrap();
+    let ch = conn.open_channel().unwrap();
+    publish_bulk(&ch, "fresh", 2_000, 100);
+    eprintln!(
+        "committed chunk ids: tracked {:?}, fresh {:?}",
+        sconn.committed_chunk_id("tracked").ok(),
+        sconn.committed_chunk_id("fresh").ok()
+    );
+    if sconn.has_stream_stats() {
+        assert!(sconn.committed_chunk_id("fresh").unwrap().is_some());
+    }
+    // At once: the management API has no count for the fresh stream yet.
+    let dir = TempDir::new("stream-stats");
+    let cfg = write_config(
+        dir.path(),
+        "b.yaml",
+        &backup_yaml("stats", &v.name, dir.path(), "  stream_enabled: true"),
+    );
+    let out = run_cli(&["backup", "--config", &cfg]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(
+        seqs(&backed_up(dir.path(), "stats", "fresh")),
+        (0..2_000).collect::<Vec<_>>(),
+        "{stderr}"
+    );
+    let m = manifest(dir.path(), "stats");
+    for name in ["empty", "tracked"] {
+        let q = m.queues.iter().find(|q| q.name == name);
+        assert_eq!(q.map(|q| q.message_count), Some(0), "{name}: {stderr}");
+    }
+}
+
 /// Issue 30 item 5: what a 0-9-1 consumer of a stream is given, what the backup's records hold
 /// and what a restore gives back (into a stream and into a classic queue) agree on every
 /// property and header, on every broker version: a header section (3.13+) is mapped, and no

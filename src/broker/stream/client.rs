@@ -418,6 +418,57 @@ impl StreamConnection {
         }
     }
 
+    /// The id of `stream`'s last committed chunk now (`StreamStats`, PROTOCOL.adoc:
+    /// `committed_chunk_id`), `None` when the stream holds no chunk (the broker says -1), or
+    /// `Err` when the broker does not say. Only RabbitMQ 3.11 and later know the command
+    /// ([`StreamConnection::has_stream_stats`]); an older one closes the connection.
+    ///
+    /// Errors: `Stream protocol error: stream stats of stream X: ...` (the broker's code, e.g.
+    /// the stream does not exist), a stats map without `committed_chunk_id`, a lost connection.
+    pub fn committed_chunk_id(&self, stream: &str) -> Result<Option<u64>> {
+        let (code, f) = self.request("stream stats", |corr| {
+            Ok(FrameBuf::new(key::STREAM_STATS)
+                .u32(corr)
+                .string(stream)?
+                .finish())
+        })?;
+        if code != RESPONSE_OK {
+            return Err(stream_refused(
+                &format!("stream stats of stream {stream}"),
+                code,
+                &self.endpoint,
+            ));
+        }
+        let (_, mut c) = open_frame(&f)?;
+        let _ = c.u32()?;
+        let _ = c.u16()?;
+        let n = c.count(10)?;
+        for _ in 0..n {
+            let name = c.string()?;
+            let value = c.u64()? as i64;
+            if name == "committed_chunk_id" {
+                return Ok(u64::try_from(value).ok());
+            }
+        }
+        Err(Error::Stream(format!(
+            "stream stats of stream {stream} from {}: no committed_chunk_id",
+            self.endpoint
+        )))
+    }
+
+    /// Whether the broker knows `StreamStats` (RabbitMQ 3.11 and later, by the version of the
+    /// handshake's peer properties; false when it sent none).
+    pub fn has_stream_stats(&self) -> bool {
+        let mut parts = self
+            .server_version
+            .split(['.', '-', '+'])
+            .map(|p| p.parse::<u32>().ok());
+        matches!(
+            (parts.next().flatten(), parts.next().flatten()),
+            (Some(major), Some(minor)) if (major, minor) >= (3, 11)
+        )
+    }
+
     /// Creates `stream` with `arguments` (e.g. `max-length-bytes`); an existing stream is fine.
     pub fn create_stream(&self, stream: &str, arguments: &[(&str, &str)]) -> Result<()> {
         let (code, _) = self.request("create", |corr| {

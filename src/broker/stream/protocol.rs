@@ -33,6 +33,8 @@ pub mod key {
     pub const OPEN: u16 = 0x0015;
     pub const CLOSE: u16 = 0x0016;
     pub const HEARTBEAT: u16 = 0x0017;
+    /// RabbitMQ 3.11 and later (PROTOCOL.adoc "StreamStats").
+    pub const STREAM_STATS: u16 = 0x001c;
     /// The top bit of a key marks a response.
     pub const RESPONSE: u16 = 0x8000;
 }
