@@ -421,7 +421,7 @@ impl StreamConnection {
     /// The id of `stream`'s last committed chunk now (`StreamStats`, PROTOCOL.adoc:
     /// `committed_chunk_id`), `None` when the stream holds no chunk (the broker says -1), or
     /// `Err` when the broker does not say. Only RabbitMQ 3.11 and later know the command
-    /// ([`StreamConnection::has_stream_stats`]); an older one closes the connection.
+    /// ([`StreamConnection::has_stream_stats`]): not to be sent to an older one.
     ///
     /// Errors: `Stream protocol error: stream stats of stream X: ...` (the broker's code, e.g.
     /// the stream does not exist), a stats map without `committed_chunk_id`, a lost connection.
