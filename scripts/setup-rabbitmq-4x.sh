@@ -155,9 +155,13 @@ configure() {
     # (INTERNAL_ERROR, emfile: scripts/bench.sh many). Set by the server script itself
     # (RABBITMQ_MAX_OPEN_FILES), after its `su rabbitmq`, whose PAM session (pam_limits) had put
     # back a soft limit of 1,024 that a `ulimit -n` before it had raised.
+    # At most 65,536: an Erlang VM sizes tables by its limit, and with a container's huge
+    # default (1,073,741,816) RabbitMQ is known to start slowly and take much memory.
     local nofile
     nofile=$(ulimit -Hn)
-    [[ $nofile == unlimited ]] && nofile=1048576
+    if [[ $nofile == unlimited ]] || ((nofile > 65536)); then
+        nofile=65536
+    fi
     cat >"$dir/etc/rabbitmq/rabbitmq-env.conf" <<ENV
 NODENAME=$node
 DIST_PORT=$dist
