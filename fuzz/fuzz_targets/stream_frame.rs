@@ -1,8 +1,8 @@
 //! Stream-protocol frames as a broker sends them: the reader thread's framing and dispatch
 //! (`stream::decode_received`: size-prefixed frames, deliveries, publish confirms and errors,
-//! the broker's close, metadata updates, credit errors, responses), the metadata response
-//! (`stream::client::parse_metadata`), the chunks that deliveries carry, and `Cursor` driven
-//! field by field.
+//! the broker's close, metadata updates, credit errors, responses), the metadata and
+//! `StreamStats` responses (`stream::client::parse_metadata`, `parse_stream_stats`), the
+//! chunks that deliveries carry, and `Cursor` driven field by field.
 //!
 //! Invariants beyond "no panic": the reading ends with a `Stream protocol error:` or a
 //! `Connection error:`, never more frames than the bytes hold; a cursor never reads past its
@@ -11,7 +11,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rmq_backup::broker::stream::chunk::parse_chunk;
-use rmq_backup::broker::stream::client::parse_metadata;
+use rmq_backup::broker::stream::client::{parse_metadata, parse_stream_stats};
 use rmq_backup::broker::stream::decode_received;
 use rmq_backup::broker::stream::protocol::{key, Cursor};
 use rmq_backup::Error;
@@ -70,6 +70,9 @@ fuzz_target!(|data: &[u8]| {
     for f in &frames {
         assert!(f.len() >= 4);
         if let Err(e) = parse_metadata(f) {
+            stream(&e);
+        }
+        if let Err(e) = parse_stream_stats(f) {
             stream(&e);
         }
         if u16::from_be_bytes([f[0], f[1]]) == key::DELIVER && f.len() > 5 {

@@ -439,21 +439,16 @@ impl StreamConnection {
                 &self.endpoint,
             ));
         }
-        let (_, mut c) = open_frame(&f)?;
-        let _ = c.u32()?;
-        let _ = c.u16()?;
-        let n = c.count(10)?;
-        for _ in 0..n {
-            let name = c.string()?;
-            let value = c.u64()? as i64;
-            if name == "committed_chunk_id" {
-                return Ok(u64::try_from(value).ok());
-            }
+        match parse_stream_stats(&f)?
+            .into_iter()
+            .find(|(k, _)| k == "committed_chunk_id")
+        {
+            Some((_, id)) => Ok(u64::try_from(id).ok()),
+            None => Err(Error::Stream(format!(
+                "stream stats of stream {stream} from {}: no committed_chunk_id",
+                self.endpoint
+            ))),
         }
-        Err(Error::Stream(format!(
-            "stream stats of stream {stream} from {}: no committed_chunk_id",
-            self.endpoint
-        )))
     }
 
     /// Whether the broker knows `StreamStats` (RabbitMQ 3.11 and later, by the version of the
@@ -535,6 +530,19 @@ impl StreamConnection {
     }
 }
 
+/// The statistics of a `StreamStats` response frame (size prefix removed), in wire order:
+/// (name, value), e.g. `("committed_chunk_id", -1)` for a stream without a chunk.
+///
+/// Errors: `Stream protocol error: truncated frame ...` and the like for a malformed frame.
+#[doc(hidden)]
+pub fn parse_stream_stats(f: &[u8]) -> Result<Vec<(String, i64)>> {
+    let (_, mut c) = open_frame(f)?;
+    let _corr = c.u32()?;
+    let _code = c.u16()?;
+    let n = c.count(10)?;
+    (0..n).map(|_| Ok((c.string()?, c.u64()? as i64))).collect()
+}
+
 /// Reads a metadata response (the bytes after the frame size): each stream's name and whether
 /// its response code is OK.
 ///
@@ -568,5 +576,43 @@ pub fn parse_metadata(f: &[u8]) -> Result<Vec<(String, bool)>> {
 impl Drop for StreamConnection {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod stats_tests {
+    use super::*;
+
+    fn frame(stats: &[(&str, i64)]) -> Vec<u8> {
+        let mut b = FrameBuf::new(key::STREAM_STATS | key::RESPONSE)
+            .u32(7)
+            .u16(RESPONSE_OK)
+            .u32(stats.len() as u32);
+        for (k, v) in stats {
+            b = b.string(k).unwrap().i64(*v);
+        }
+        b.finish()[4..].to_vec()
+    }
+
+    #[test]
+    fn stream_stats_are_read_in_wire_order_and_malformed_ones_refused() {
+        let f = frame(&[("first_chunk_id", 0), ("committed_chunk_id", -1)]);
+        assert_eq!(
+            parse_stream_stats(&f).unwrap(),
+            [
+                ("first_chunk_id".into(), 0),
+                ("committed_chunk_id".into(), -1)
+            ]
+        );
+        assert_eq!(parse_stream_stats(&frame(&[])).unwrap(), []);
+        for cut in 0..f.len() {
+            let e = parse_stream_stats(&f[..cut]).unwrap_err().to_string();
+            assert!(e.starts_with("Stream protocol error: "), "{cut}: {e}");
+        }
+        // A count the frame cannot hold is refused before anything is allocated.
+        let mut huge = frame(&[]);
+        let n = huge.len();
+        huge[n - 4..].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(parse_stream_stats(&huge).is_err());
     }
 }
