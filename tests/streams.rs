@@ -667,11 +667,6 @@ fn the_end_of_a_stream_is_asked_of_the_broker() {
     sconn.store_offset("a-consumer", "tracked", 0).unwrap();
     let ch = conn.open_channel().unwrap();
     publish_bulk(&ch, "fresh", 2_000, 100);
-    eprintln!(
-        "committed chunk ids: tracked {:?}, fresh {:?}",
-        sconn.committed_chunk_id("tracked").ok(),
-        sconn.committed_chunk_id("fresh").ok()
-    );
     if sconn.has_stream_stats() {
         assert!(sconn.committed_chunk_id("fresh").unwrap().is_some());
     }

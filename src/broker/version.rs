@@ -98,6 +98,12 @@ impl BrokerVersion {
     pub fn uncounted_nack(self) -> bool {
         (self.major, self.minor) >= (4, 3)
     }
+
+    /// True where the stream protocol has `StreamStats` (key 0x001c): RabbitMQ 3.11 and later
+    /// (PROTOCOL.adoc; 3.10.8 does not know the command).
+    pub fn has_stream_stats(self) -> bool {
+        (self.major, self.minor) >= (3, 11)
+    }
 }
 
 impl fmt::Display for BrokerVersion {
@@ -109,6 +115,13 @@ impl fmt::Display for BrokerVersion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_stats_from_3_11() {
+        let has = |s| BrokerVersion::parse(s).unwrap().has_stream_stats();
+        assert!(!has("3.10.8") && !has("3.9.29"));
+        assert!(has("3.11.0") && has("3.13.7") && has("4.0.5") && has("4.3.6"));
+    }
 
     #[test]
     fn versions_parse_as_the_broker_writes_them() {

@@ -16,6 +16,7 @@ use super::protocol::open_frame;
 use super::protocol::{key, FrameBuf, OffsetSpec, RESPONSE_OK};
 use super::reader::{reader_loop, Frame, Shared};
 use crate::broker::amqp::transport::Transport;
+use crate::broker::version::BrokerVersion;
 use crate::error::{Error, Result};
 use crossbeam_channel::{bounded, Receiver};
 use std::collections::HashMap;
@@ -454,14 +455,7 @@ impl StreamConnection {
     /// Whether the broker knows `StreamStats` (RabbitMQ 3.11 and later, by the version of the
     /// handshake's peer properties; false when it sent none).
     pub fn has_stream_stats(&self) -> bool {
-        let mut parts = self
-            .server_version
-            .split(['.', '-', '+'])
-            .map(|p| p.parse::<u32>().ok());
-        matches!(
-            (parts.next().flatten(), parts.next().flatten()),
-            (Some(major), Some(minor)) if (major, minor) >= (3, 11)
-        )
+        BrokerVersion::parse(&self.server_version).is_some_and(BrokerVersion::has_stream_stats)
     }
 
     /// Creates `stream` with `arguments` (e.g. `max-length-bytes`); an existing stream is fine.
