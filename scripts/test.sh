@@ -228,7 +228,8 @@ for b in "${cross_brokers[@]}"; do
 done
 wait "${groups[@]}"
 failed_groups=()
-for g in rest cluster packaging doc "${cross_brokers[@]/#/cross-}"; do
+all_groups=(rest cluster packaging doc "${cross_brokers[@]/#/cross-}")
+for g in "${all_groups[@]}"; do
     echo "=== test group: $g ($(cat "$logs/$g.secs" 2>/dev/null)) ==="
     cat "$logs/$g"
     [[ -f "$logs/$g.rc" ]] || failed_groups+=("$g")
@@ -252,7 +253,7 @@ if [[ ${#failed_groups[@]} -gt 0 ]]; then
     # Each failed test's message, short, where a CI log that keeps only its end still shows
     # it (a CI run once named a failed cross-version test and nothing of why).
     echo "=== the failed tests, in short ==="
-    for g in rest cluster packaging doc "${cross_brokers[@]/#/cross-}"; do
+    for g in "${all_groups[@]}"; do
         awk -v g="$g" '
             /^---- .* stdout ----$/ { n = 0; on = 1; print "[" g "] " $0; next }
             on && (/^stack backtrace:/ || /^failures:$/ || /^note: / || ++n > 12) { on = 0 }
