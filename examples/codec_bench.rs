@@ -55,6 +55,7 @@ fn record(body_len: usize, seed: u64) -> BackupRecord {
         source_queue: "bench-queue".into(),
         source_vhost: "/".into(),
         message_format: None,
+        wire: None,
     }
 }
 

@@ -1,7 +1,7 @@
-//! RBAK segment format version 2 (docs/segment-format.md; `backup.segment_version: 2`):
-//! a segment assembled by hand from the written description is read by `cat`, `describe` and
+//! RBAK segment format versions 2 and 3 (docs/segment-format.md; `backup.segment_version`):
+//! segments assembled by hand from the written description are read by `cat`, `describe` and
 //! `validate --deep`; a backup in version 2 restores byte for byte (zstd, lz4, none, and
-//! encrypted) on the test broker.
+//! encrypted) on the test broker, one in version 3 the broker's own bytes.
 
 mod common;
 
@@ -11,7 +11,7 @@ use sha2::Digest;
 
 /// One record's metadata as docs/segment-format.md writes it: every BackupRecord field but
 /// the body, compact JSON in SPEC.md's order.
-fn meta(tag: u64, at: i64, content_type: &str) -> String {
+fn meta_json(tag: u64, at: i64, content_type: &str) -> String {
     format!(
         concat!(
             r#"{{"properties":{{"content_type":"{ct}","content_encoding":null,"delivery_mode":2,"#,
@@ -27,30 +27,25 @@ fn meta(tag: u64, at: i64, content_type: &str) -> String {
     )
 }
 
-#[test]
-fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
-    let dir = TempDir::new("v2-hand");
-    let store = dir.path().join("store");
-    let id = "hand-v2";
-    let bodies: [&[u8]; 3] = [b"hello", &[0, 255, 10, 13], b""];
-    let times = [1_700_000_000_000i64, 1_700_000_000_500, 1_700_000_001_000];
-    // Payload: per record, u32 LE length + metadata JSON, u32 LE length + body bytes.
-    let mut payload = Vec::new();
-    for (i, body) in bodies.iter().enumerate() {
-        let m = meta(i as u64 + 1, times[i], "text/plain");
-        payload.extend_from_slice(&(m.len() as u32).to_le_bytes());
-        payload.extend_from_slice(m.as_bytes());
-        payload.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        payload.extend_from_slice(body);
-    }
-    // Header: "RBAK", version 2, compression 0 (none), 2 reserved bytes, record count u64,
+/// Stores `payload` (the records of `times.len()` messages) as the one segment of queue `hand`
+/// in backup `id`, in segment format `version`, uncompressed, with a manifest that lists it:
+/// the segment's key, its bytes and the manifest.
+fn store_by_hand(
+    store: &std::path::Path,
+    id: &str,
+    version: u8,
+    payload: &[u8],
+    times: &[i64],
+) -> (String, Vec<u8>, serde_json::Value) {
+    let n = times.len();
+    // Header: "RBAK", the version, compression 0 (none), 2 reserved bytes, record count u64,
     // first and last backed_up_at i64; then the payload; footer: CRC32 of all before, "KABR".
     let mut file = b"RBAK".to_vec();
-    file.extend_from_slice(&[2, 0, 0, 0]);
-    file.extend_from_slice(&3u64.to_le_bytes());
+    file.extend_from_slice(&[version, 0, 0, 0]);
+    file.extend_from_slice(&(n as u64).to_le_bytes());
     file.extend_from_slice(&times[0].to_le_bytes());
-    file.extend_from_slice(&times[2].to_le_bytes());
-    file.extend_from_slice(&payload);
+    file.extend_from_slice(&times[n - 1].to_le_bytes());
+    file.extend_from_slice(payload);
     let crc = crc32fast::hash(&file);
     file.extend_from_slice(&crc.to_le_bytes());
     file.extend_from_slice(b"KABR");
@@ -60,7 +55,7 @@ fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
     let manifest = serde_json::json!({
         "backup_id": id,
         "created_at": times[0],
-        "completed_at": times[2] + 1,
+        "completed_at": times[n - 1] + 1,
         "source_cluster": null,
         "broker_version": null,
         "backup_tool_version": "by hand",
@@ -72,19 +67,19 @@ fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
             "segments": [{
                 "key": key,
                 "sequence": 1,
-                "record_count": 3,
+                "record_count": n,
                 "size_bytes": file.len(),
                 "uncompressed_bytes": payload.len(),
                 "first_timestamp": times[0],
-                "last_timestamp": times[2],
+                "last_timestamp": times[n - 1],
                 "checksum": rmq_backup::repository::segment::hex_lower(&sha2::Sha256::digest(&file)),
-                "segment_version": 2
+                "segment_version": version
             }],
-            "message_count": 3,
+            "message_count": n,
             "first_message_timestamp": times[0],
-            "last_message_timestamp": times[2]
+            "last_message_timestamp": times[n - 1]
         }],
-        "total_messages": 3,
+        "total_messages": n,
         "total_bytes": file.len(),
         "total_segments": 1
     });
@@ -93,6 +88,26 @@ fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
         serde_json::to_vec_pretty(&manifest).unwrap(),
     )
     .unwrap();
+    (key, file, manifest)
+}
+
+#[test]
+fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
+    let dir = TempDir::new("v2-hand");
+    let store = dir.path().join("store");
+    let id = "hand-v2";
+    let bodies: [&[u8]; 3] = [b"hello", &[0, 255, 10, 13], b""];
+    let times = [1_700_000_000_000i64, 1_700_000_000_500, 1_700_000_001_000];
+    // Payload: per record, u32 LE length + metadata JSON, u32 LE length + body bytes.
+    let mut payload = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        let m = meta_json(i as u64 + 1, times[i], "text/plain");
+        payload.extend_from_slice(&(m.len() as u32).to_le_bytes());
+        payload.extend_from_slice(m.as_bytes());
+        payload.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        payload.extend_from_slice(body);
+    }
+    let (key, file, manifest) = store_by_hand(&store, id, 2, &payload, &times);
     let url = format!("file://{}", store.display());
 
     let out = run_cli(&[
@@ -134,7 +149,7 @@ fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
 
     // A header version the tool does not know is refused by it, naming the version.
     let mut bad = file.clone();
-    bad[4] = 3;
+    bad[4] = 4;
     let n = bad.len();
     let crc = crc32fast::hash(&bad[..n - 8]);
     bad[n - 8..n - 4].copy_from_slice(&crc.to_le_bytes());
@@ -151,8 +166,84 @@ fn a_version_2_segment_written_by_hand_reads_with_the_tool() {
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("Serialization error: Unsupported segment version: 3"),
+        stderr.contains("Serialization error: Unsupported segment version: 4"),
         "{stderr}"
+    );
+}
+
+/// A version 3 segment assembled from docs/segment-format.md ("Version 3"): a record with
+/// binary metadata (its properties as AMQP 0-9-1 encodes them, built here byte by byte) beside
+/// one with version 2's JSON metadata; `cat` shows each property and header with its type.
+#[test]
+fn a_version_3_segment_written_by_hand_reads_with_the_tool() {
+    let dir = TempDir::new("v3-hand");
+    let store = dir.path().join("store");
+    let id = "hand-v3";
+    let times = [1_700_000_000_000i64, 1_700_000_000_500];
+    // Binary metadata: tag 0x00, flags (bit 0 redelivered), delivery_tag u64 LE, backed_up_at
+    // i64 LE, then exchange, routing_key, source_queue, source_vhost as u16 LE length + bytes.
+    let mut meta = vec![0x00, 0x01];
+    meta.extend_from_slice(&7u64.to_le_bytes());
+    meta.extend_from_slice(&times[0].to_le_bytes());
+    for s in ["amq.direct", "hand", "hand", "/"] {
+        meta.extend_from_slice(&(s.len() as u16).to_le_bytes());
+        meta.extend_from_slice(s.as_bytes());
+    }
+    // Then the AMQP 0-9-1 properties: flags (content-type bit 15, headers bit 13,
+    // delivery-mode bit 12, message-id bit 7), content-type "text/plain" as a short string,
+    // the header table (u32 BE length; key `n` type `I` -5; key `s` type `S` 2 bytes; key `v`
+    // type `V`), delivery-mode 2, message-id "m-7".
+    meta.extend_from_slice(&[0xb0, 0x80]);
+    meta.push(10);
+    meta.extend_from_slice(b"text/plain");
+    let mut table = vec![1, b'n', b'I'];
+    table.extend_from_slice(&(-5i32).to_be_bytes());
+    table.extend_from_slice(&[1, b's', b'S', 0, 0, 0, 2, 0xc3, 0xa9, 1, b'v', b'V']);
+    meta.extend_from_slice(&(table.len() as u32).to_be_bytes());
+    meta.extend_from_slice(&table);
+    meta.push(2);
+    meta.push(3);
+    meta.extend_from_slice(b"m-7");
+    let json = meta_json(8, times[1], "application/json");
+    let mut payload = Vec::new();
+    for (m, body) in [(&meta[..], &b"bin"[..]), (json.as_bytes(), &b"json"[..])] {
+        payload.extend_from_slice(&(m.len() as u32).to_le_bytes());
+        payload.extend_from_slice(m);
+        payload.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        payload.extend_from_slice(body);
+    }
+    store_by_hand(&store, id, 3, &payload, &times);
+    let url = format!("file://{}", store.display());
+    let out = run_cli(&["cat", "--path", &url, "--backup-id", id]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    let first = lines[0].to_string();
+    for needle in [
+        "\"text/plain\"",
+        "\"m-7\"",
+        "\"amq.direct\"",
+        "1700000000000",
+        "\"redelivered\":true",
+        "\"delivery_tag\":7",
+        "{\"name\":\"n\",\"type\":\"LongInt\",\"value\":-5}",
+        "{\"name\":\"s\",\"type\":\"LongString\",\"value\":\"é\"}",
+        "{\"name\":\"v\",\"type\":\"Void\",\"value\":null}",
+    ] {
+        assert!(first.contains(needle), "{needle} in {first}");
+    }
+    assert!(lines[1].to_string().contains("\"m-8\""), "{}", lines[1]);
+    let out = run_cli(&["validate", "--path", &url, "--backup-id", id, "--deep"]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let out = run_cli(&["describe", "--path", &url, "--backup-id", id]);
+    assert!(
+        text(&out).0.contains("Segment format:      version 3"),
+        "{:?}",
+        text(&out)
     );
 }
 
@@ -400,4 +491,123 @@ fn segments_of_random_bodies_are_stored_uncompressed_after_one_that_did_not_shri
         assert_eq!(out.status.code(), Some(0), "{id}: {:?}", text(&out));
     }
     assert_eq!(depth(&conn, "random"), 60, "the source kept every message");
+}
+
+/// Version 3 (`backup.segment_version: 3`): a message read over AMQP 0-9-1 keeps its
+/// properties as the broker sent them. A classic queue is compared by the bytes the broker
+/// delivers (the target's content header against the source's, message by message); a
+/// quorum queue read once before, so that the broker adds its delivery headers, restores
+/// without them (the backup removes them from the kept bytes). zstd and age-encrypted.
+#[test]
+fn a_version_3_backup_restores_the_brokers_bytes() {
+    let vh = TestVhost::new("v3-rt");
+    let conn = vh.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "diverse", "classic", FieldTable::new());
+    declare(&ch, "diverse-q", "quorum", FieldTable::new());
+    let msgs = diverse_messages(120, 33, true);
+    publish(&ch, "diverse", &msgs);
+    publish(&ch, "diverse-q", &msgs);
+    let source = peek_as(&conn, "diverse", msgs.len(), true);
+    // A first read: the quorum queue's next deliveries carry x-delivery-count (3.x-4.2) or
+    // x-acquired-count (4.3).
+    let read = peek_as(&conn, "diverse-q", msgs.len(), true);
+    let again = peek_as(&conn, "diverse-q", msgs.len(), true);
+    let broker_headers = |d: &rmq_backup::broker::amqp::Delivery| {
+        let w = d.wire.as_ref().expect("kept bytes");
+        ["x-delivery-count", "x-acquired-count"]
+            .iter()
+            .any(|k| w.header(k).is_some())
+    };
+    assert!(
+        !read.iter().any(broker_headers),
+        "a first delivery has none"
+    );
+    assert!(again.iter().all(broker_headers), "a second has one");
+    let dir = TempDir::new("v3-rt");
+    let store = dir.path().join("store");
+    let (secret, public) = rmq_backup::repository::encryption::generate();
+    let identity = dir.path().join("identity.txt");
+    std::fs::write(&identity, format!("{secret}\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let cases = [
+        ("v3-zstd", String::new(), String::new()),
+        (
+            "v3-age",
+            format!("  encryption:\n    recipients: [\"{public}\"]\n"),
+            format!(
+                "  encryption:\n    identity_file: \"{}\"\n",
+                identity.display()
+            ),
+        ),
+    ];
+    for (id, extra, restore_extra) in cases {
+        let extra = format!("  segment_version: 3\n  segment_max_bytes: 500000\n{extra}");
+        let target = round_trip(&vh, &dir, id, &extra, &restore_extra);
+        let m = manifest(&store, id);
+        for q in &m.queues {
+            for s in &q.segments {
+                assert_eq!(s.segment_version, Some(3), "{id}: {}", s.key);
+                if !s.key.ends_with(".age") {
+                    let b = std::fs::read(store.join(&s.key)).unwrap();
+                    assert_eq!(&b[..5], b"RBAK\x03", "{id}: header byte 4");
+                }
+            }
+        }
+        let tconn = connect(&target);
+        let got = peek_as(&tconn, "diverse", msgs.len(), true);
+        assert_eq!(got.len(), source.len());
+        for (i, (s, t)) in source.iter().zip(&got).enumerate() {
+            assert_eq!(t.body, s.body, "{id}: body of message {i}");
+            let (sw, tw) = (s.wire.as_ref().unwrap(), t.wire.as_ref().unwrap());
+            let sp = sw.decode().unwrap();
+            if sp.headers.as_ref().is_some_and(|h| h.is_empty()) {
+                // A record keeps headers as a list: an empty table is restored as none.
+                assert_eq!(
+                    tw.decode().unwrap(),
+                    restored_props(&sp),
+                    "{id}: message {i}"
+                );
+            } else {
+                assert_eq!(
+                    tw.as_bytes(),
+                    sw.as_bytes(),
+                    "{id}: message {i}'s properties as the broker delivers them"
+                );
+            }
+        }
+        let quorum = peek_as(&tconn, "diverse-q", msgs.len(), true);
+        assert!(
+            !quorum.iter().any(broker_headers),
+            "{id}: the broker's delivery headers were not restored"
+        );
+        let quorum: Vec<_> = quorum
+            .into_iter()
+            .map(|mut d| {
+                d.properties = d.wire.take().unwrap().decode().unwrap();
+                d
+            })
+            .collect();
+        // A broker that added its header to a message's table may have sorted the table
+        // (3.10): the backup keeps what it delivered.
+        assert_same_as(
+            &in_broker_order(&as_restored(&msgs), "quorum"),
+            &quorum,
+            Headers::Sorted,
+            &format!("{id}: quorum queue restored"),
+        );
+        drop(tconn);
+        let _ = management().delete_vhost(&target);
+        let url = format!("file://{}", store.display());
+        let out = run_cli(&["describe", "--path", &url, "--backup-id", id]);
+        assert!(
+            text(&out).0.contains("Segment format:      version 3"),
+            "{id}: {:?}",
+            text(&out)
+        );
+    }
+    assert_same(&msgs, &peek(&conn, "diverse", msgs.len()), "source kept");
 }

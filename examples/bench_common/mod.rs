@@ -316,6 +316,7 @@ pub fn bench_record(i: usize, msgs: &Messages) -> rmq_backup::repository::record
         exchange: String::new(),
         routing_key: "bench".into(),
         properties: m.properties.clone(),
+        wire: None,
         body: m.body.clone(),
     };
     rmq_backup::repository::record::BackupRecord::from_delivery(

@@ -132,6 +132,9 @@ pub(super) fn backup_queue<'a>(
         return Ok(Some(Outcome::Skipped(skipped(q, kind, why.clone()))));
     }
     let mut plan = decision.plan(strategy);
+    // Version 3 stores a 0-9-1 message's properties as the broker sent them: not decoded.
+    plan.wire_properties =
+        ctx.store.opts.segment_version_for(&q.name) == crate::repository::segment::VERSION_3;
     if decision == Decision::Nack && attempts.counted > 0 {
         // A lost connection gave messages back counted (4.3+): from now on, as where every
         // return counts, no message near its limit is taken again.
@@ -438,7 +441,7 @@ fn read_records(
         let record = match incoming {
             reader::Incoming::Amqp091(mut d) => {
                 if kind == QueueType::Quorum {
-                    quorum::strip_broker_headers(&mut d.properties);
+                    quorum::strip_delivery(&mut d)?;
                 }
                 BackupRecord::from_delivery(d, &q.name, &q.vhost, now_ms())
             }

@@ -27,11 +27,12 @@
 //! they are kept out of the record ([`strip_broker_headers`]) and a restore never publishes
 //! them.
 
-use crate::broker::amqp::{BasicProperties, FieldTable, FieldValue};
+use crate::broker::amqp::{BasicProperties, Delivery, FieldTable, FieldValue};
 use crate::broker::management::QueueInfo;
 use crate::broker::reader::ReadPlan;
 use crate::broker::{BrokerVersion, QueueType};
 use crate::config::{BackupOptions, RequeueStrategy};
+use crate::error::Result;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -344,6 +345,23 @@ fn strategy_name(s: RequeueStrategy) -> &'static str {
     }
 }
 
+/// Removes the headers the broker added to a quorum queue's delivery `d`, as
+/// [`strip_broker_headers`] does; properties kept as bytes (`Delivery::wire`) that hold one
+/// are decoded first, others stay bytes.
+///
+/// Errors: `Error::Amqp` when such bytes do not decode (never for bytes a channel kept).
+pub fn strip_delivery(d: &mut Delivery) -> Result<()> {
+    if let Some(wire) = &d.wire {
+        if BROKER_HEADERS.iter().all(|k| wire.header(k).is_none()) {
+            return Ok(());
+        }
+        d.properties = wire.decode()?;
+        d.wire = None;
+    }
+    strip_broker_headers(&mut d.properties);
+    Ok(())
+}
+
 /// Removes the headers the broker added to a quorum queue's delivery ([`BROKER_HEADERS`]);
 /// a table left empty by that goes too (the publisher sent none: a first delivery carries
 /// none of them).
@@ -503,7 +521,8 @@ mod tests {
             ReadPlan {
                 strategy: RequeueStrategy::Reject,
                 quorum_nack: true,
-                delivery_limit: None
+                delivery_limit: None,
+                wire_properties: false,
             }
         );
         assert_eq!(

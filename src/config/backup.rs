@@ -61,10 +61,13 @@ pub struct BackupOptions {
     /// zstd level 1..=22, default 3; ignored for lz4 and none.
     pub compression_level: i32,
     /// RBAK segment format version written (docs/segment-format.md): 1 (default, the common
-    /// format, a record's body as a JSON array of numbers, which other tools read) or 2 (a
-    /// record's metadata as JSON, then its body as raw bytes; read by rmq-backup only). Every
-    /// reader of rmq-backup reads both.
-    #[schemars(range(min = 1, max = 2))]
+    /// format, a record's body as a JSON array of numbers, which other tools read), 2 (a
+    /// record's metadata as JSON, then its body as raw bytes; read by rmq-backup only) or 3
+    /// (version 2, where a message read over AMQP 0-9-1 keeps its properties and headers as
+    /// the broker sent them, in binary metadata: the least CPU; read by rmq-backup only, and
+    /// refused by a reader older than it by the segment's header). Every reader of rmq-backup
+    /// reads each.
+    #[schemars(range(min = 1, max = 3))]
     pub segment_version: u8,
     /// AMQP QoS prefetch count (0 = unlimited); unset by default. Not used by a one-shot
     /// backup of classic and quorum queues, which must hold a queue's whole depth
@@ -177,11 +180,13 @@ impl BackupOptions {
             .any(|p| crate::broker::selection::glob_matches(p, name))
     }
 
-    /// The segment format version a queue's segments are written in: 2 for a queue of
-    /// `backup.amqp10_queues` (version 1 cannot hold its records), else `segment_version`.
+    /// The segment format version a queue's segments are written in: for a queue of
+    /// `backup.amqp10_queues` 2, or 3 when `segment_version` is 3 (version 1 cannot hold its
+    /// records), else `segment_version`.
     pub fn segment_version_for(&self, name: &str) -> u8 {
         if self.reads_amqp10(name) {
-            crate::repository::segment::VERSION_2
+            self.segment_version
+                .max(crate::repository::segment::VERSION_2)
         } else {
             self.segment_version
         }
@@ -200,9 +205,9 @@ pub(super) fn validate_backup_options(b: &BackupOptions) -> Result<()> {
             b.compression_level
         )));
     }
-    if !(1..=2).contains(&b.segment_version) {
+    if !(1..=3).contains(&b.segment_version) {
         return Err(config_err(format!(
-            "backup.segment_version must be 1 or 2, got {}",
+            "backup.segment_version must be 1, 2 or 3, got {}",
             b.segment_version
         )));
     }

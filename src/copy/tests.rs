@@ -32,6 +32,7 @@ fn backup(s: &dyn Storage, id: &str, n: u64, dir: &Path) -> Manifest {
                 source_queue: "q".into(),
                 source_vhost: "/".into(),
                 message_format: None,
+                wire: None,
             };
             let mut json = Vec::new();
             crate::repository::record::encode_record(&rec, &mut json);

@@ -590,11 +590,18 @@ pub fn drain(conn: &Connection, queue: &str, n: usize) -> (Vec<i64>, Vec<u64>) {
 /// Reads the first `n` messages of `queue` without removing any (consume windows without ack,
 /// then close), in order.
 pub fn peek(conn: &Connection, queue: &str, n: usize) -> Vec<Delivery> {
+    peek_as(conn, queue, n, false)
+}
+
+/// [`peek`], each delivery's properties kept as the broker sent them (`Delivery::wire`) when
+/// `wire`.
+pub fn peek_as(conn: &Connection, queue: &str, n: usize, wire: bool) -> Vec<Delivery> {
     let mut out: Vec<Delivery> = Vec::with_capacity(n);
     let mut channels = Vec::new();
     while out.len() < n {
         let window = (n - out.len()).min(65_535);
         let ch = conn.open_channel().expect("channel");
+        ch.keep_wire_properties(wire);
         ch.basic_qos(window as u16, false).expect("qos");
         let consumer = ch
             .basic_consume(
@@ -922,6 +929,7 @@ pub fn backed_up(store: &Path, backup_id: &str, queue: &str) -> Vec<Delivery> {
                 exchange,
                 routing_key,
                 properties,
+                wire: None,
                 body,
             });
         }

@@ -16,5 +16,5 @@ pub mod url;
 pub use connection::{
     Channel, ConfirmStatus, ConnectOptions, Connection, Consumer, GetOk, QueueDeclareOk, Returned,
 };
-pub use types::{BasicProperties, Delivery, FieldTable, FieldValue};
+pub use types::{BasicProperties, Delivery, FieldTable, FieldValue, WireProperties};
 pub use url::AmqpUrl;

@@ -78,6 +78,16 @@ pub struct Delivery {
     pub redelivered: bool,
     pub exchange: String,
     pub routing_key: String,
+    /// The properties, decoded; empty when `wire` holds them.
     pub properties: BasicProperties,
+    /// The properties as the broker sent them, when the channel keeps them so
+    /// (`Channel::keep_wire_properties`); then `properties` is empty.
+    pub wire: Option<WireProperties>,
     pub body: Vec<u8>,
 }
+
+/// A message's basic-class property flags and property list exactly as the broker sent them
+/// in its content header frame (AMQP 0-9-1 section 4.2.6.1), checked to decode
+/// (`crate::broker::amqp::codec` implements it: `new`, `decode`, `header`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireProperties(pub(in crate::broker::amqp) Vec<u8>);

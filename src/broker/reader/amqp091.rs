@@ -70,6 +70,7 @@ pub fn read_queue(
         strategy,
         quorum_nack: plan.quorum_nack && quorum,
         delivery_limit: plan.delivery_limit.filter(|_| quorum),
+        wire: plan.wire_properties,
         held,
         should_stop,
     };
@@ -99,6 +100,8 @@ struct QueueRead<'a> {
     quorum_nack: bool,
     /// [`ReadPlan::delivery_limit`], for a quorum queue.
     delivery_limit: Option<u64>,
+    /// [`ReadPlan::wire_properties`].
+    wire: bool,
     held: &'a Held,
     should_stop: &'a dyn Fn() -> Option<String>,
 }
@@ -143,7 +146,7 @@ impl QueueRead<'_> {
                         // 1, 2, 4, ...: a stop holds at most about twice what was looked at.
                         size = size.min(windows.last().map_or(1, |w| w.size.saturating_mul(2)));
                     }
-                    windows.push(open_window(conn, queue, size, windows.len())?);
+                    windows.push(open_window(conn, queue, size, windows.len(), self.wire)?);
                 }
                 let Some(window) = windows.last_mut() else {
                     // Cannot happen: a window was just opened.
@@ -258,8 +261,15 @@ impl QueueRead<'_> {
     }
 }
 
-fn open_window(conn: &Connection, queue: &str, size: u64, index: usize) -> Result<Window> {
+fn open_window(
+    conn: &Connection,
+    queue: &str,
+    size: u64,
+    index: usize,
+    wire: bool,
+) -> Result<Window> {
     let channel = conn.open_channel()?;
+    channel.keep_wire_properties(wire);
     // `size` is at most MAX_WINDOW, so it fits the u16 prefetch field.
     let prefetch = u16::try_from(size).unwrap_or(u16::MAX);
     channel.basic_qos(prefetch, false)?;
@@ -313,6 +323,7 @@ impl QueueRead<'_> {
             depth,
             ..
         } = *self;
+        control.keep_wire_properties(self.wire);
         // The last delivery tag and the ready count its get-ok reported.
         let mut last: Option<(u64, u32)> = None;
         let read = (|| -> Result<()> {
@@ -362,6 +373,7 @@ impl QueueRead<'_> {
             ..
         } = *self;
         let channel = conn.open_channel()?;
+        channel.keep_wire_properties(self.wire);
         let mut tags: Vec<u64> = Vec::new();
         let read = (|| -> Result<()> {
             while outcome.read < depth {

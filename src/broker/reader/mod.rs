@@ -106,15 +106,20 @@ pub struct ReadPlan {
     /// of `limit - 1` or more: given back, it would be left at the limit, where any further
     /// return drops or dead-letters it.
     pub delivery_limit: Option<u64>,
+    /// AMQP 0-9-1: deliveries keep their properties as the broker sent them
+    /// (`Delivery::wire`, for segment format version 3), not decoded.
+    pub wire_properties: bool,
 }
 
 impl ReadPlan {
-    /// The plan of `strategy` alone: returns as the strategy says, no limit.
+    /// The plan of `strategy` alone: returns as the strategy says, no limit, properties
+    /// decoded.
     pub fn of(strategy: RequeueStrategy) -> ReadPlan {
         ReadPlan {
             strategy,
             quorum_nack: false,
             delivery_limit: None,
+            wire_properties: false,
         }
     }
 }
@@ -134,20 +139,24 @@ pub struct ReadOutcome {
 /// The `x-delivery-count` header of a delivery (a quorum queue's count of failed deliveries,
 /// absent before the first: 0).
 pub fn delivery_count(d: &Delivery) -> u64 {
-    let Some(headers) = d.properties.headers.as_ref() else {
-        return 0;
+    let value = match &d.wire {
+        Some(wire) => wire.header("x-delivery-count"),
+        None => d.properties.headers.as_ref().and_then(|headers| {
+            headers
+                .iter()
+                .find(|(k, _)| k == "x-delivery-count")
+                .map(|(_, v)| v.clone())
+        }),
     };
-    headers
-        .iter()
-        .find(|(k, _)| k == "x-delivery-count")
-        .and_then(|(_, v)| match v {
-            FieldValue::I64(n) => u64::try_from(*n).ok(),
-            FieldValue::I32(n) => u64::try_from(*n).ok(),
-            FieldValue::U32(n) => Some(u64::from(*n)),
-            FieldValue::I16(n) => u64::try_from(*n).ok(),
-            FieldValue::U16(n) => Some(u64::from(*n)),
-            FieldValue::I8(n) => u64::try_from(*n).ok(),
-            FieldValue::U8(n) => Some(u64::from(*n)),
+    value
+        .and_then(|v| match v {
+            FieldValue::I64(n) => u64::try_from(n).ok(),
+            FieldValue::I32(n) => u64::try_from(n).ok(),
+            FieldValue::U32(n) => Some(u64::from(n)),
+            FieldValue::I16(n) => u64::try_from(n).ok(),
+            FieldValue::U16(n) => Some(u64::from(n)),
+            FieldValue::I8(n) => u64::try_from(n).ok(),
+            FieldValue::U8(n) => Some(u64::from(n)),
             _ => None,
         })
         .unwrap_or(0)

@@ -17,6 +17,7 @@
 
 use serde::Deserialize;
 
+use super::binary::{read_binary, write_binary, BINARY_TAG};
 use super::tail::parse_meta;
 use super::write::write_fields;
 use super::{BackupProperties, BackupRecord, HeaderTable, MessageFormat};
@@ -28,6 +29,24 @@ use crate::error::{Error, Result};
 /// `write.rs` without serde), the same bytes [`super::encode_record`] writes after the body.
 pub fn encode_meta(rec: &BackupRecord, out: &mut Vec<u8>) {
     write_fields(rec, b'{', out);
+}
+
+/// Appends the metadata of `rec` in segment format version 3: binary (`binary.rs`) when the
+/// record holds its properties as the broker sent them ([`BackupRecord::wire`]), else the
+/// JSON of [`encode_meta`].
+///
+/// Errors: `Error::Amqp` when a record's property bytes that cannot be stored in binary do
+/// not decode (never for bytes a channel kept).
+pub fn encode_meta_v3(rec: &BackupRecord, out: &mut Vec<u8>) -> Result<()> {
+    if write_binary(rec, out) {
+        return Ok(());
+    }
+    if rec.wire.is_some() {
+        encode_meta(&rec.clone().decode_wire()?, out);
+    } else {
+        encode_meta(rec, out);
+    }
+    Ok(())
 }
 
 /// The metadata object as serde_json reads it when it is not in the compact form: the same
@@ -49,12 +68,16 @@ struct Meta {
     message_format: Option<MessageFormat>,
 }
 
-/// Parses a version 2 record: its metadata JSON (as [`encode_meta`] writes it, or any JSON
-/// object of those keys) and its body, which becomes the record's body as it is (not copied).
+/// Parses a version 2 or 3 record: its metadata, JSON (as [`encode_meta`] writes it, or any
+/// JSON object of those keys) or binary (its first byte 0x00, as [`encode_meta_v3`] writes
+/// it), and its body, which becomes the record's body as it is (not copied).
 ///
-/// Errors: `Error::Serialization` (`Invalid backup record metadata: {serde_json's message}`)
-/// when `meta` is not such an object.
+/// Errors: `Error::Serialization` (`Invalid backup record metadata: {serde_json's message}`,
+/// or what is wrong with binary metadata) when `meta` is neither.
 pub fn decode_meta(meta: &[u8], body: Vec<u8>) -> Result<BackupRecord> {
+    if meta.first() == Some(&BINARY_TAG) {
+        return read_binary(meta, body);
+    }
     if let Some(mut rec) = parse_meta(meta) {
         rec.body = body;
         return Ok(rec);
@@ -73,6 +96,7 @@ pub fn decode_meta(meta: &[u8], body: Vec<u8>) -> Result<BackupRecord> {
         source_queue: m.source_queue,
         source_vhost: m.source_vhost,
         message_format: m.message_format,
+        wire: None,
     })
 }
 
@@ -123,6 +147,7 @@ mod tests {
             source_queue: "q".into(),
             source_vhost: "/".into(),
             message_format: None,
+            wire: None,
         }
     }
 

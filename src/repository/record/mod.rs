@@ -31,6 +31,7 @@
 //!   41 tables/arrays inside each other always read back; deeper ones are written but fail to
 //!   read.
 
+mod binary;
 mod body;
 mod codec;
 mod json;
@@ -41,13 +42,15 @@ mod tests;
 mod write;
 
 pub use codec::{check_version_1, decode_record, encode_record};
-pub use meta::{decode_meta, encode_meta};
+pub use meta::{decode_meta, encode_meta, encode_meta_v3};
 
 use serde::{Deserialize, Serialize};
 
 use json::{de_body, f32_json, f64_json, ser_body};
 
-use crate::broker::amqp::types::{BasicProperties, Delivery, FieldTable, FieldValue};
+use crate::broker::amqp::types::{
+    BasicProperties, Delivery, FieldTable, FieldValue, WireProperties,
+};
 
 /// Header table of a record: `[key, value]` pairs in wire order (SPEC.md BackupRecord `headers`).
 pub type HeaderTable = Vec<(String, BackupHeaderValue)>;
@@ -84,6 +87,13 @@ pub struct BackupRecord {
     /// 0-9-1 record, so those encode to the same bytes as before the key existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_format: Option<MessageFormat>,
+    /// The properties and headers as the broker sent them (an AMQP 0-9-1 content header's
+    /// property flags and list), when the reader kept them so (segment format version 3):
+    /// `properties` and `headers` are then empty, [`BackupRecord::decode_wire`] fills them.
+    /// Not a JSON field: a version 3 segment stores these bytes as they are
+    /// ([`encode_meta_v3`]); every record read from a segment has `None`.
+    #[serde(skip)]
+    pub wire: Option<WireProperties>,
 }
 
 /// The kind of message a record's `body` holds, where it is not a 0-9-1 body (the JSON key
@@ -217,6 +227,7 @@ impl BackupRecord {
             exchange,
             routing_key,
             properties,
+            wire,
             body,
         } = d;
         let (properties, headers) = split_properties(properties);
@@ -232,7 +243,21 @@ impl BackupRecord {
             source_queue: source_queue.to_string(),
             source_vhost: source_vhost.to_string(),
             message_format: None,
+            wire,
         }
+    }
+
+    /// The record with its properties and headers decoded from [`BackupRecord::wire`] (as
+    /// [`BackupRecord::from_delivery`] would have made them), for an encoding that writes
+    /// them as JSON; the record as it is when it has no such bytes.
+    ///
+    /// Errors: none for bytes a channel kept (they were checked when received);
+    /// `Error::Amqp` for bytes that do not decode.
+    pub fn decode_wire(mut self) -> crate::error::Result<BackupRecord> {
+        if let Some(w) = self.wire.take() {
+            (self.properties, self.headers) = split_properties(w.decode()?);
+        }
+        Ok(self)
     }
 
     /// Builds an AMQP 1.0 record (`message_format` `amqp-1.0`) from a delivery split by
@@ -259,6 +284,7 @@ impl BackupRecord {
             source_queue: source_queue.to_string(),
             source_vhost: source_vhost.to_string(),
             message_format: Some(MessageFormat::Amqp10),
+            wire: None,
         }
     }
 

@@ -116,6 +116,7 @@ fn parse_fields(s: &[u8], lead: u8) -> Option<BackupRecord> {
         source_queue,
         source_vhost,
         message_format,
+        wire: None,
     })
 }
 

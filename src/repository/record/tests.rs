@@ -175,6 +175,7 @@ impl Rng {
             source_queue: self.string(),
             source_vhost: self.string(),
             message_format: None,
+            wire: None,
         }
     }
 }
@@ -214,6 +215,7 @@ fn sample_record() -> BackupRecord {
         source_queue: "q".into(),
         source_vhost: "/".into(),
         message_format: None,
+        wire: None,
     }
 }
 
@@ -647,6 +649,7 @@ fn delivery_with(headers: Option<FieldTable>, body: Vec<u8>) -> Delivery {
             app_id: Some("app".into()),
             cluster_id: Some("cl".into()),
         },
+        wire: None,
         body,
     }
 }
@@ -804,6 +807,7 @@ fn absent_and_empty_headers_restore_as_absent() {
         exchange: String::new(),
         routing_key: String::new(),
         properties: p.clone(),
+        wire: None,
         body: vec![],
     };
     let rec = BackupRecord::from_delivery(d, "q", "v", 0);
@@ -1403,4 +1407,123 @@ fn message_format_is_version_2_only_and_last() {
     let mut as_tail = meta10.clone();
     as_tail[0] = b',';
     assert!(tail::parse_tail(&as_tail).is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Version 3: binary metadata (binary.rs)
+// ---------------------------------------------------------------------------------------------
+
+/// `d` as a channel that keeps properties as bytes delivers it.
+fn as_wire(mut d: Delivery) -> Delivery {
+    d.wire = Some(WireProperties::encode(&d.properties).unwrap());
+    d.properties = BasicProperties::default();
+    d
+}
+
+#[test]
+fn binary_metadata_reads_back_as_the_decoded_delivery_would() {
+    for headers in [Some(all_wire_values()), Some(Vec::new()), None] {
+        let d = delivery_with(headers, vec![7, 0, 255]);
+        let decoded = BackupRecord::from_delivery(d.clone(), "q/é", "vh", 1_700_000_000_123);
+        let wired = BackupRecord::from_delivery(as_wire(d), "q/é", "vh", 1_700_000_000_123);
+        assert!(wired.headers.is_empty() && wired.properties == BackupProperties::default());
+        let mut meta = Vec::new();
+        encode_meta_v3(&wired, &mut meta).unwrap();
+        assert_eq!(meta[0], 0x00, "binary");
+        let back = decode_meta(&meta, wired.body.clone()).unwrap();
+        assert_eq!(back, decoded);
+        assert_eq!(wired.clone().decode_wire().unwrap(), decoded);
+        // The JSON encodings of a record with kept bytes are those of the decoded record.
+        let mut v2 = Vec::new();
+        encode_meta(&decoded, &mut v2);
+        let mut v3_json = Vec::new();
+        encode_meta_v3(&decoded, &mut v3_json).unwrap();
+        assert_eq!(v3_json, v2, "a record without kept bytes: version 2's JSON");
+    }
+}
+
+#[test]
+fn binary_metadata_is_laid_out_as_the_book_says() {
+    let d = Delivery {
+        delivery_tag: 5,
+        redelivered: true,
+        exchange: "ex".into(),
+        routing_key: "rk".into(),
+        properties: BasicProperties {
+            delivery_mode: Some(2),
+            headers: Some(vec![("n".into(), FieldValue::I32(7))]),
+            ..Default::default()
+        },
+        wire: None,
+        body: b"hi".to_vec(),
+    };
+    let rec = BackupRecord::from_delivery(as_wire(d), "q", "/", 1_700_000_000_000);
+    let mut meta = Vec::new();
+    encode_meta_v3(&rec, &mut meta).unwrap();
+    let mut want = vec![0x00, 0x01];
+    want.extend_from_slice(&5u64.to_le_bytes());
+    want.extend_from_slice(&1_700_000_000_000i64.to_le_bytes());
+    for s in ["ex", "rk", "q", "/"] {
+        want.extend_from_slice(&(s.len() as u16).to_le_bytes());
+        want.extend_from_slice(s.as_bytes());
+    }
+    // Flags: headers (bit 13) and delivery-mode (bit 12); the table: its length, key `n`,
+    // type `I`, 7; then delivery-mode 2.
+    want.extend_from_slice(&[0x30, 0x00, 0, 0, 0, 7, 1, b'n', b'I', 0, 0, 0, 7, 2]);
+    assert_eq!(meta, want);
+}
+
+#[test]
+fn damaged_binary_metadata_is_an_error_never_a_panic() {
+    let d = as_wire(delivery_with(Some(all_wire_values()), vec![1]));
+    let rec = BackupRecord::from_delivery(d, "q", "v", 1);
+    let mut meta = Vec::new();
+    encode_meta_v3(&rec, &mut meta).unwrap();
+    for cut in 1..meta.len() {
+        let e = decode_meta(&meta[..cut], Vec::new()).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("Serialization error: Invalid backup record metadata: "),
+            "cut {cut}: {e}"
+        );
+    }
+    let mut flags = meta.clone();
+    flags[1] = 0x02;
+    let e = decode_meta(&flags, Vec::new()).unwrap_err();
+    assert!(e.to_string().contains("unknown flags 0x02"), "{e}");
+    let mut long = meta.clone();
+    long.push(0);
+    let e = decode_meta(&long, Vec::new()).unwrap_err();
+    assert!(
+        e.to_string().contains("1 bytes after the last property"),
+        "{e}"
+    );
+    // The exchange's bytes (after its length at 18) not UTF-8.
+    let mut bad = meta.clone();
+    bad[20] = 0xff;
+    let e = decode_meta(&bad, Vec::new()).unwrap_err();
+    assert!(e.to_string().contains("exchange is not valid UTF-8"), "{e}");
+    for i in 0..meta.len() {
+        for v in [0x00, 0x7f, 0xff] {
+            let mut c = meta.clone();
+            c[i] = v;
+            let _ = decode_meta(&c, Vec::new());
+        }
+    }
+}
+
+#[test]
+fn a_string_too_long_for_binary_metadata_is_written_as_json() {
+    let d = as_wire(delivery_with(Some(all_wire_values()), vec![1]));
+    let queue = "q".repeat(70_000);
+    let rec = BackupRecord::from_delivery(d.clone(), &queue, "v", 1);
+    let mut meta = Vec::new();
+    encode_meta_v3(&rec, &mut meta).unwrap();
+    assert_eq!(meta[0], b'{');
+    let mut plain = d;
+    plain.properties = plain.wire.take().unwrap().decode().unwrap();
+    assert_eq!(
+        decode_meta(&meta, vec![1]).unwrap(),
+        BackupRecord::from_delivery(plain, &queue, "v", 1)
+    );
 }

@@ -4,15 +4,16 @@
 //! Layout (little-endian):
 //!
 //! ```text
-//! 0  "RBAK" | 4 version (1 or 2) | 5 compression (0 none, 1 zstd, 2 lz4) | 6 reserved 0x0000
+//! 0  "RBAK" | 4 version (1, 2 or 3) | 5 compression (0 none, 1 zstd, 2 lz4) | 6 reserved 0x0000
 //! 8  record count u64 | 16 first backed_up_at i64 | 24 last backed_up_at i64     (32 bytes)
 //! 32 payload: one zstd frame, one lz4 frame, or raw bytes, holding for each record
 //!    version 1: u32 length + that many bytes of BackupRecord JSON
 //!    version 2: u32 length + metadata JSON (every field but the body), u32 length + body bytes
+//!    version 3: as version 2, the metadata JSON or binary (first byte 0x00)
 //! N-8 CRC32 of bytes 0..N-8 | N-4 "KABR"
 //! ```
 //!
-//! docs/segment-format.md describes both versions byte by byte. Every reader here reads both;
+//! docs/segment-format.md describes the versions byte by byte. Every reader here reads each;
 //! the writer writes version 1 unless told otherwise ([`SegmentWriter::with_version`]).
 //!
 //! Memory stays flat whatever the segment size: the writer streams through the compressor into
@@ -50,6 +51,10 @@ pub const VERSION: u8 = 1;
 /// Segment format version 2 (docs/segment-format.md): each record's metadata as JSON, then
 /// its body as raw bytes (`backup.segment_version: 2`).
 pub const VERSION_2: u8 = 2;
+/// Segment format version 3 (docs/segment-format.md): version 2's records, where a message
+/// read over AMQP 0-9-1 keeps its properties as the broker sent them, in binary metadata
+/// (`backup.segment_version: 3`).
+pub const VERSION_3: u8 = 3;
 /// Header size in bytes.
 pub const HEADER_LEN: u64 = 32;
 /// Footer size in bytes (CRC32 + end magic).
@@ -137,7 +142,8 @@ impl Compression {
 /// The decoded 32-byte header of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
-    /// Format version ([`VERSION`] or [`VERSION_2`] once a reader accepted the file).
+    /// Format version ([`VERSION`], [`VERSION_2`] or [`VERSION_3`] once a reader accepted the
+    /// file).
     pub version: u8,
     /// Payload compression.
     pub compression: Compression,

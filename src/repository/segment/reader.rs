@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::checked::{Input, Sums};
 use super::{
     io_err, ser, Compression, RawRecord, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN, IO_BUF,
-    MAGIC, VERSION, VERSION_2,
+    MAGIC, VERSION, VERSION_2, VERSION_3,
 };
 use crate::error::{Error, Result};
 
@@ -206,7 +206,7 @@ fn parse_header(h: &[u8; 32], got: usize, len: u64) -> Result<SegmentHeader> {
     if got < 4 || &h[0..4] != MAGIC {
         return Err(ser("Invalid segment magic bytes"));
     }
-    if got >= 5 && h[4] != VERSION && h[4] != VERSION_2 {
+    if got >= 5 && ![VERSION, VERSION_2, VERSION_3].contains(&h[4]) {
         return Err(ser(format!("Unsupported segment version: {}", h[4])));
     }
     let compression = if got >= 6 {

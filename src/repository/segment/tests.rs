@@ -284,15 +284,15 @@ fn corruption_flipped_bytes_fail_crc() {
 fn corruption_unknown_version() {
     let dir = TempDir::new("ver");
     let mut b = good(&dir, Compression::Zstd, 2);
-    b[4] = 3;
-    let e = err_of(&write(&dir, "v3", &b));
+    b[4] = 4;
+    let e = err_of(&write(&dir, "v4", &b));
     assert_eq!(
         e,
-        Error::Serialization("Unsupported segment version: 3".into())
+        Error::Serialization("Unsupported segment version: 4".into())
     );
     assert_eq!(
         e.to_string(),
-        "Serialization error: Unsupported segment version: 3"
+        "Serialization error: Unsupported segment version: 4"
     );
     b[4] = 0;
     let e = err_of(&write(&dir, "v0", &b));

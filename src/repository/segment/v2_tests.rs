@@ -28,6 +28,7 @@ fn record(i: usize, body: Vec<u8>) -> BackupRecord {
         source_queue: "q".into(),
         source_vhost: "/".into(),
         message_format: None,
+        wire: None,
     }
 }
 
@@ -127,8 +128,66 @@ fn a_writer_takes_records_in_its_own_version_only() {
     assert!(w2.append(b"{}", 0).is_err());
     w2.append_parts(b"{}", b"", 0).unwrap();
     assert!(w2.with_version(VERSION).is_err(), "records were appended");
-    let w3 = SegmentWriter::create(&dir.file("c"), Compression::None, 3).unwrap();
-    assert!(w3.with_version(3).is_err());
+    let w4 = SegmentWriter::create(&dir.file("c"), Compression::None, 3).unwrap();
+    assert!(w4.with_version(4).is_err());
+    let mut w3 = SegmentWriter::create(&dir.file("d"), Compression::None, 3)
+        .unwrap()
+        .with_version(VERSION_3)
+        .unwrap();
+    assert!(w3.append(b"{}", 0).is_err());
+    w3.append_parts(b"{}", b"", 0).unwrap();
+}
+
+/// Version 3: records whose properties were kept as the broker sent them (binary metadata)
+/// beside records in version 2's JSON metadata, in one segment, in every compression.
+#[test]
+fn version_3_round_trip_of_binary_and_json_metadata() {
+    use crate::broker::amqp::{BasicProperties, Delivery, FieldValue, WireProperties};
+    use crate::repository::record::encode_meta_v3;
+    let dir = TempDir::new("v3-rt");
+    let mut recs = records();
+    let mut wired = Vec::new();
+    for (i, r) in recs.iter().enumerate() {
+        let p = BasicProperties {
+            content_type: Some("text/plain".into()),
+            headers: Some(vec![
+                ("i".into(), FieldValue::I64(i as i64)),
+                ("s".into(), FieldValue::LongString(vec![0xff, b'a'])),
+            ]),
+            ..Default::default()
+        };
+        let d = Delivery {
+            delivery_tag: i as u64 + 100,
+            redelivered: i % 3 == 0,
+            exchange: "ex".into(),
+            routing_key: format!("rk.{i}"),
+            properties: BasicProperties::default(),
+            wire: Some(WireProperties::encode(&p).unwrap()),
+            body: r.body.clone(),
+        };
+        wired.push(BackupRecord::from_delivery(d, "q", "/", r.backed_up_at));
+    }
+    recs.extend(wired);
+    for c in ALL {
+        let path = dir.file(&format!("v3-{}", c.as_str()));
+        let mut w = SegmentWriter::create(&path, c, 3)
+            .unwrap()
+            .with_version(VERSION_3)
+            .unwrap();
+        let mut meta = Vec::new();
+        for r in &recs {
+            meta.clear();
+            encode_meta_v3(r, &mut meta).unwrap();
+            w.append_parts(&meta, &r.body, r.backed_up_at).unwrap();
+        }
+        assert_eq!(w.finish().unwrap().version, VERSION_3);
+        assert_eq!(std::fs::read(&path).unwrap()[4], 3, "header byte 4");
+        let expected: Vec<BackupRecord> = recs
+            .iter()
+            .map(|r| r.clone().decode_wire().unwrap())
+            .collect();
+        assert_eq!(decode_all(&path).unwrap(), expected, "{c:?}");
+    }
 }
 
 /// Every truncation and every corrupted byte of a version 2 payload (stored plain, with a

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::zstd_sink::ZstdSink;
 use super::{
     hex_lower, io_err, sha256_file, Compression, SegmentHeader, END_MAGIC, FOOTER_LEN, HEADER_LEN,
-    VERSION, VERSION_2,
+    VERSION, VERSION_2, VERSION_3,
 };
 use crate::error::{Error, Result};
 
@@ -243,7 +243,7 @@ pub struct SegmentWriter {
     finished: bool,
     /// zstd workers taken from the process's budget (`worker_budget`), given back on drop.
     workers: u32,
-    /// The format version written ([`VERSION`] or [`VERSION_2`]).
+    /// The format version written ([`VERSION`], [`VERSION_2`] or [`VERSION_3`]).
     version: u8,
 }
 
@@ -361,12 +361,12 @@ impl SegmentWriter {
         })
     }
 
-    /// Writes segment format `version` ([`VERSION`], the default, or [`VERSION_2`];
+    /// Writes segment format `version` ([`VERSION`], the default, [`VERSION_2`] or [`VERSION_3`];
     /// docs/segment-format.md) instead; set before the first record.
     ///
     /// Errors: `Error::Serialization` for another version, or once a record was appended.
     pub fn with_version(mut self, version: u8) -> Result<SegmentWriter> {
-        if version != VERSION && version != VERSION_2 {
+        if ![VERSION, VERSION_2, VERSION_3].contains(&version) {
             return Err(Error::Serialization(format!(
                 "Unsupported segment version: {version}"
             )));
@@ -389,7 +389,7 @@ impl SegmentWriter {
     /// becomes the header's first/last timestamp. The record is written in version 1 (`with_version` not called, or given [`VERSION`]).
     ///
     /// Errors: `Error::Serialization` when the JSON is 4 GiB or larger (the length prefix is a
-    /// u32) or the writer writes version 2, `Error::Io` when writing fails.
+    /// u32) or the writer writes version 2 or 3, `Error::Io` when writing fails.
     pub fn append(&mut self, record_json: &[u8], backed_up_at: i64) -> Result<()> {
         if self.version != VERSION {
             return Err(Error::Serialization(format!(
@@ -400,14 +400,14 @@ impl SegmentWriter {
         self.append_frames(&[record_json], backed_up_at)
     }
 
-    /// Appends one record in version 2 ([`SegmentWriter::with_version`]): its metadata JSON
-    /// (`crate::repository::record::encode_meta`) and its body as raw bytes, each after its u32
+    /// Appends one record in version 2 or 3 ([`SegmentWriter::with_version`]): its metadata
+    /// (`crate::repository::record::encode_meta`, `encode_meta_v3`) and its body as raw bytes, each after its u32
     /// little-endian length, and its backed_up_at (epoch ms) for the header.
     ///
     /// Errors: `Error::Serialization` when either part is 4 GiB or larger or the writer writes
     /// version 1, `Error::Io` when writing fails.
     pub fn append_parts(&mut self, meta: &[u8], body: &[u8], backed_up_at: i64) -> Result<()> {
-        if self.version != VERSION_2 {
+        if self.version == VERSION {
             return Err(Error::Serialization(format!(
                 "A version {} segment takes records as JSON, not metadata and body",
                 self.version

@@ -10,8 +10,9 @@
 
 //!
 //! Files: this one holds the frame constants and the `Decoder` (field tables included);
-//! `table` encodes tables and values, `properties` content headers, `frame` frames,
-//! `method` the `Method` enum, `method_encode` / `method_decode` its arguments.
+//! `table` encodes tables and values, `properties` content headers, `wire` properties kept
+//! as the broker sent them, `frame` frames, `method` the `Method` enum, `method_encode` /
+//! `method_decode` its arguments.
 
 mod frame;
 mod method;
@@ -21,6 +22,9 @@ mod properties;
 mod table;
 #[cfg(test)]
 mod tests;
+mod wire;
+#[cfg(test)]
+mod wire_tests;
 
 use crate::broker::amqp::types::{FieldTable, FieldValue};
 use crate::error::{Error, Result};

@@ -121,24 +121,7 @@ pub fn put_properties(buf: &mut Vec<u8>, p: &BasicProperties) -> Result<()> {
 
 /// Reads property flags and values (the part of a content header after body-size).
 pub fn decode_properties(d: &mut Decoder<'_>) -> Result<BasicProperties> {
-    let flags = d.u16("property flags")?;
-    // Continuation words (bit 0): the basic class defines only 14 properties, so any further
-    // flag word must be empty.
-    let mut more = flags & 1 != 0;
-    while more {
-        let w = d.u16("property flags")?;
-        if w & !1 != 0 {
-            return Err(malformed(format_args!(
-                "unknown basic property flags 0x{w:04x}"
-            )));
-        }
-        more = w & 1 != 0;
-    }
-    if flags & 0b10 != 0 {
-        return Err(malformed(format_args!(
-            "unknown basic property flags 0x{flags:04x}"
-        )));
-    }
+    let flags = super::wire::flag_words(d)?;
     let has = |flag: u16| flags & flag != 0;
     let mut p = BasicProperties::default();
     if has(FLAG_CONTENT_TYPE) {

@@ -95,6 +95,17 @@ impl Channel {
         self.chan.cond.notify_all();
     }
 
+    /// `on`: from now on, messages delivered on this channel keep their properties as the
+    /// broker sent them (`Delivery::wire`, checked, not decoded; `Delivery::properties`
+    /// empty), so a reader that stores them as they are (segment format version 3) allocates
+    /// nothing per property or header; `off` (the default): decoded. A message whose content
+    /// has begun arriving is not affected.
+    pub fn keep_wire_properties(&self, on: bool) {
+        self.chan
+            .wire_properties
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// `basic.qos`: at most `prefetch_count` unacknowledged deliveries (0 = no limit; quorum
     /// queues treat 0 as 2000, ENVIRONMENT.md) per consumer, or per channel when `global`.
     pub fn basic_qos(&self, prefetch_count: u16, global: bool) -> Result<()> {

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::broker::amqp::codec::utf8_short_string_owned;
-use crate::broker::amqp::types::{BasicProperties, Delivery};
+use crate::broker::amqp::types::{BasicProperties, Delivery, WireProperties};
 use crate::error::{Error, Result};
 use crossbeam_channel::{SendTimeoutError, TrySendError};
 use std::sync::atomic::Ordering;
@@ -33,10 +33,21 @@ pub(super) enum Target {
     Discard,
 }
 
+/// A message's properties: decoded, or kept as the broker sent them (the channel's choice,
+/// `Channel::keep_wire_properties`). One per message being assembled, moved into its
+/// `Delivery`: boxing the larger variant would cost an allocation per decoded delivery.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Properties {
+    Decoded(BasicProperties),
+    Wire(WireProperties),
+}
+
 /// A message being assembled from its content header and body frames.
 pub(super) struct Assembly {
     pub(super) target: Target,
-    pub(super) properties: Option<Result<BasicProperties>>,
+    /// Keep the properties as bytes (the channel's choice when the message began).
+    pub(super) wire: bool,
+    pub(super) properties: Option<Result<Properties>>,
     pub(super) body_size: u64,
     pub(super) received: u64,
     pub(super) body: Vec<u8>,
@@ -64,9 +75,9 @@ impl ReaderState {
         };
         let properties = a
             .properties
-            .unwrap_or_else(|| Ok(BasicProperties::default()));
+            .unwrap_or_else(|| Ok(Properties::Decoded(BasicProperties::default())));
         let body = a.body;
-        let make = |head: Result<DeliveryHead>, properties: Result<BasicProperties>| {
+        let make = |head: Result<DeliveryHead>, properties: Result<Properties>| {
             let h = head?;
             let properties = properties.map_err(|e| {
                 Error::Amqp(format!(
@@ -76,12 +87,17 @@ impl ReaderState {
                     e.message()
                 ))
             })?;
+            let (properties, wire) = match properties {
+                Properties::Decoded(p) => (p, None),
+                Properties::Wire(w) => (BasicProperties::default(), Some(w)),
+            };
             Ok(Delivery {
                 delivery_tag: h.delivery_tag,
                 redelivered: h.redelivered,
                 exchange: h.exchange,
                 routing_key: h.routing_key,
                 properties,
+                wire,
                 body,
             })
         };

@@ -196,6 +196,8 @@ struct ConsumerState {
 
 struct ChanShared {
     id: u16,
+    /// Deliveries keep their properties as bytes (`Channel::keep_wire_properties`).
+    wire_properties: AtomicBool,
     state: Mutex<ChanState>,
     /// Signalled on confirms, returns and channel failure.
     cond: Condvar,
@@ -283,6 +285,7 @@ impl Connection {
                 })?;
             let chan = Arc::new(ChanShared {
                 id,
+                wire_properties: AtomicBool::new(false),
                 state: Mutex::new(ChanState {
                     closed: None,
                     rpc_tx: tx,

@@ -6,7 +6,7 @@ use crate::broker::amqp::codec::{
     decode_content_header, Method, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
 };
 use crate::broker::amqp::transport::{FrameReader, ReadFail};
-use crate::broker::amqp::types::Delivery;
+use crate::broker::amqp::types::{Delivery, WireProperties};
 use crate::error::{Error, Result};
 use crossbeam_channel::Sender;
 use std::collections::HashMap;
@@ -197,23 +197,30 @@ impl ReaderState {
                         format_args!("second content header on channel {channel}"),
                     ));
                 }
-                let h = decode_content_header(payload)
-                    .map_err(|e| protocol_error(shared, e.message()))?;
-                if h.body_size > MAX_BODY_SIZE {
+                let (body_size, properties) = if a.wire {
+                    let (size, wire) = WireProperties::of_content_header(payload)
+                        .map_err(|e| protocol_error(shared, e.message()))?;
+                    (size, wire.map(Properties::Wire))
+                } else {
+                    let h = decode_content_header(payload)
+                        .map_err(|e| protocol_error(shared, e.message()))?;
+                    (h.body_size, h.properties.map(Properties::Decoded))
+                };
+                if body_size > MAX_BODY_SIZE {
                     return Err(protocol_error(
                         shared,
                         format_args!(
                             "message body of {} bytes exceeds the maximum of {MAX_BODY_SIZE}",
-                            h.body_size
+                            body_size
                         ),
                     ));
                 }
-                a.body_size = h.body_size;
+                a.body_size = body_size;
                 if !matches!(a.target, Target::Discard) {
-                    a.body = Vec::with_capacity(h.body_size.min(BODY_PREALLOC_MAX) as usize);
+                    a.body = Vec::with_capacity(body_size.min(BODY_PREALLOC_MAX) as usize);
                 }
-                a.properties = Some(h.properties);
-                if h.body_size == 0 {
+                a.properties = Some(properties);
+                if body_size == 0 {
                     self.complete(channel)?;
                 }
                 Ok(None)
@@ -312,8 +319,12 @@ impl ReaderState {
 
     pub(super) fn channel_method(&mut self, channel: u16, m: Method) -> Result<()> {
         let chan = self.shared.channel(channel);
+        let wire = chan
+            .as_ref()
+            .is_some_and(|c| c.wire_properties.load(Ordering::Relaxed));
         let begin = |target| Assembly {
             target,
+            wire,
             properties: None,
             body_size: 0,
             received: 0,

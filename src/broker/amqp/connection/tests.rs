@@ -33,6 +33,7 @@ fn confirms_single_multiple_and_nack() {
     let (tx, _rx) = unbounded();
     let c = ChanShared {
         id: 1,
+        wire_properties: AtomicBool::new(false),
         state: Mutex::new(ChanState {
             closed: None,
             rpc_tx: tx,

@@ -121,6 +121,7 @@ fn raw(bytes: &[u8], at: Origin) -> BackupRecord {
         source_queue: at.stream.to_string(),
         source_vhost: at.vhost.to_string(),
         message_format: None,
+        wire: None,
     }
 }
 
@@ -180,6 +181,7 @@ fn record(
         source_queue: at.stream.to_string(),
         source_vhost: at.vhost.to_string(),
         message_format: None,
+        wire: None,
     }
 }
 
