@@ -80,13 +80,13 @@ fn main() {
     let a = Args::parse();
     let (bin, n, size, text, kind) = (a.bin.clone(), a.n, a.size, a.text, a.kind());
     let compression = std::env::var("BENCH_COMPRESSION").unwrap_or_else(|_| "zstd".into());
-    // Segment format version of the backups (`BENCH_SEGMENT_VERSION`, default 1; 2 whatever
-    // it says under BENCH_PROTOCOL=amqp10, the only version that holds AMQP 1.0 records).
+    // Segment format version of the backups (`BENCH_SEGMENT_VERSION`, default 1; at least 2
+    // under BENCH_PROTOCOL=amqp10, version 1 cannot hold AMQP 1.0 records).
     let segment_version: u8 = std::env::var("BENCH_SEGMENT_VERSION")
         .ok()
         .and_then(|v| v.parse().ok())
-        .filter(|_| !bench_common::amqp10::amqp10_mode())
-        .unwrap_or(if bench_common::amqp10::amqp10_mode() {
+        .unwrap_or(1u8)
+        .max(if bench_common::amqp10::amqp10_mode() {
             2
         } else {
             1

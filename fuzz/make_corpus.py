@@ -128,6 +128,9 @@ def amqp_seeds():
     write(t, "nested", table([("outer", b"F" + table([("inner", b"A" + longstr(b"F" + table([("deep", b"S" + longstr("x"))])))]))]))
     write(t, "empty", table([]))
     write(t, "headers-of-a-quorum-queue", table([("x-queue-type", b"S" + longstr("quorum")), ("x-delivery-count", b"l" + u64(2)), ("x-death", b"A" + longstr(b"F" + table([("count", b"l" + u64(1)), ("reason", b"S" + longstr("expired")), ("queue", b"S" + longstr("q")), ("time", b"T" + u64(1_700_000_000))])))]))
+    # Property lists (flags and properties), for the WireProperties check of the same target.
+    write(t, "properties-all", properties_all())
+    write(t, "properties-headers-only", u16(0x2000) + table(ALL_VALUES))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,6 +325,24 @@ def segment(records, compression, with_footer=False):
     return data
 
 
+def segment_parts(version, records, compression):
+    """A version 2 or 3 segment (header and payload): each record (metadata, body) as two
+    length-prefixed parts."""
+    payload = b"".join(struct.pack("<I", len(m)) + m + struct.pack("<I", len(b)) + b for m, b in records)
+    body = {0: payload, 1: zstd(payload)}[compression]
+    header = b"RBAK" + bytes([version, compression, 0, 0]) + struct.pack("<Qqq", len(records), 1_700_000_000_000, 1_700_000_000_000)
+    return header + body
+
+
+def binary_meta(props, tag=1, redelivered=True):
+    """Version 3 binary metadata (docs/segment-format.md): tag, flags, delivery_tag,
+    backed_up_at, four u16-prefixed strings, then the AMQP property bytes."""
+    out = b"\x00" + bytes([1 if redelivered else 0]) + struct.pack("<Qq", tag, 1_700_000_000_000)
+    for s in ["ex", "rk", "orders", "/"]:
+        out += struct.pack("<H", len(s)) + s.encode()
+    return out + props
+
+
 def storage_seeds():
     recs = [
         record(b"hi", [["x-count", {"LongInt": 3}], ["flag", "Void"]], {"content_type": "text/plain", "delivery_mode": 2}),
@@ -340,6 +361,11 @@ def storage_seeds():
     write(t, "lz4-3-records", segment(recs, 2))
     write(t, "zstd-empty", segment([], 1))
     write(t, "whole-file-with-footer", segment(recs[:1], 0, with_footer=True))
+    # Version 3: binary metadata beside version 2's JSON metadata.
+    meta_json = b"{" + recs[0][recs[0].index(b'"properties"'):]
+    v3 = [(binary_meta(properties_all()), b"hi"), (binary_meta(u16(0), tag=2, redelivered=False), b""), (meta_json, b"hi")]
+    write(t, "v3-none-binary-and-json", segment_parts(3, v3, 0))
+    write(t, "v3-zstd-binary-and-json", segment_parts(3, v3, 1))
 
     t = "manifest_json"
     seg = {

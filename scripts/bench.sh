@@ -116,7 +116,7 @@ print("backup/ref. CPU: rmq-backup's backup CPU over the reference tool's (rabbi
 print("(4.8 CPU-s per 100,000 x 1 KiB on RabbitMQ 3.10.8) for 1 KiB shapes.")
 print("091/1.0: the protocol of the seed, the raw references, the backup's read and the restore (AMQP 0-9-1 or 1.0, BENCH_PROTOCOL;")
 print("1.0: backup.amqp10_queues [\"*\"], the raw client the project's own AMQP 1.0 client, the give-back a settled released disposition).")
-print("v1/v2: the segment format version written (backup.segment_version; BENCH_SEGMENT_VERSIONS); first column: the broker's version.")
+print("v1/v2/v3: the segment format version written (backup.segment_version; BENCH_SEGMENT_VERSIONS); first column: the broker's version.")
 print("(written to target/bench-matrix.json)")
 PY
   exit 0

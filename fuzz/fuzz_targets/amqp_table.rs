@@ -1,6 +1,10 @@
 //! AMQP 0-9-1 field tables and field values (`Decoder::table`, `Decoder::field_value`), with
 //! RabbitMQ's type codes, nested as deep as the decoder allows.
 //!
+//! Also the input as a content header's property list: `WireProperties::new` (the check of
+//! properties kept as the broker sent them, segment format version 3) accepts exactly what
+//! `decode_properties` reads whole, and decodes to what it reads.
+//!
 //! Invariants beyond "no panic": every error is an `AMQP error:`; a decoded table or value
 //! re-encodes (`put_table`, `put_field_value`) to exactly the bytes it took, except where the
 //! wire allows several spellings of one value (a boolean octet other than 0 or 1), and those
@@ -8,8 +12,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmq_backup::broker::amqp::codec::{put_field_value, put_table, Decoder};
-use rmq_backup::broker::amqp::types::FieldValue;
+use rmq_backup::broker::amqp::codec::{
+    decode_properties, put_field_value, put_properties, put_table, Decoder,
+};
+use rmq_backup::broker::amqp::types::{FieldValue, WireProperties};
 use rmq_backup::Error;
 
 fn amqp(e: &Error) {
@@ -28,6 +34,19 @@ fn has_bool(v: &FieldValue) -> bool {
 }
 
 fuzz_target!(|data: &[u8]| {
+    // A property list kept as bytes: the checker and the decoder agree.
+    let mut d = Decoder::new(data);
+    let whole = decode_properties(&mut d).ok().filter(|_| d.is_empty());
+    match (WireProperties::new(data.to_vec()), whole) {
+        (Ok(w), Some(p)) => {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            put_properties(&mut a, &w.decode().expect("checked bytes decode")).unwrap();
+            put_properties(&mut b, &p).unwrap();
+            assert_eq!(a, b);
+        }
+        (Err(e), None) => amqp(&e),
+        (w, p) => panic!("checker {:?}, decoder {:?}", w.is_ok(), p.is_some()),
+    }
     // A table, as in method arguments and the headers property.
     let mut d = Decoder::new(data);
     match d.table() {

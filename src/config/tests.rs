@@ -456,6 +456,30 @@ fn backup_id_rules() {
 }
 
 #[test]
+fn segment_versions_1_to_3_and_the_version_of_an_amqp10_queue() {
+    for v in [0u8, 4] {
+        let mut c = backup();
+        c.backup.segment_version = v;
+        assert_eq!(
+            invalid(&c),
+            format!("backup.segment_version must be 1, 2 or 3, got {v}")
+        );
+    }
+    for (v, amqp10) in [(1u8, 2u8), (2, 2), (3, 3)] {
+        let mut c = backup();
+        c.backup.segment_version = v;
+        c.backup.amqp10_queues = vec!["orders-*".into()];
+        assert!(c.validate().is_ok(), "version {v}");
+        assert_eq!(
+            c.backup.segment_version_for("orders-1"),
+            amqp10,
+            "version {v}"
+        );
+        assert_eq!(c.backup.segment_version_for("other"), v);
+    }
+}
+
+#[test]
 fn backup_option_ranges() {
     let check = |f: &dyn Fn(&mut BackupOptions), want: &str| {
         let mut c = backup();
