@@ -2,8 +2,9 @@
 //! RabbitMQ's type codes, nested as deep as the decoder allows.
 //!
 //! Also the input as a content header's property list: `WireProperties::new` (the check of
-//! properties kept as the broker sent them, segment format version 3) accepts exactly what
-//! `decode_properties` reads whole, and decodes to what it reads.
+//! properties kept as the broker sent them) accepts exactly what `decode_properties` reads
+//! whole, and decodes to what it reads; a record holding such bytes encodes (version 1 JSON,
+//! written from the bytes' borrowed view) exactly as the record of the decoded properties.
 //!
 //! Invariants beyond "no panic": every error is an `AMQP error:`; a decoded table or value
 //! re-encodes (`put_table`, `put_field_value`) to exactly the bytes it took, except where the
@@ -15,7 +16,8 @@ use libfuzzer_sys::fuzz_target;
 use rmq_backup::broker::amqp::codec::{
     decode_properties, put_field_value, put_properties, put_table, Decoder,
 };
-use rmq_backup::broker::amqp::types::{FieldValue, WireProperties};
+use rmq_backup::broker::amqp::types::{BasicProperties, Delivery, FieldValue, WireProperties};
+use rmq_backup::repository::record::{encode_record, BackupRecord};
 use rmq_backup::Error;
 
 fn amqp(e: &Error) {
@@ -42,6 +44,22 @@ fuzz_target!(|data: &[u8]| {
             let (mut a, mut b) = (Vec::new(), Vec::new());
             put_properties(&mut a, &w.decode().expect("checked bytes decode")).unwrap();
             put_properties(&mut b, &p).unwrap();
+            assert_eq!(a, b);
+            let delivery = |properties, wire| Delivery {
+                delivery_tag: 1,
+                redelivered: false,
+                exchange: String::new(),
+                routing_key: "q".into(),
+                properties,
+                wire,
+                body: b"b".to_vec(),
+            };
+            let decoded = BackupRecord::from_delivery(delivery(p, None), "q", "/", 1);
+            let kept = delivery(BasicProperties::default(), Some(w));
+            let kept = BackupRecord::from_delivery(kept, "q", "/", 1);
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            encode_record(&decoded, &mut a);
+            encode_record(&kept, &mut b);
             assert_eq!(a, b);
         }
         (Err(e), None) => amqp(&e),

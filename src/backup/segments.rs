@@ -342,25 +342,19 @@ pub(super) fn build_segments<'a>(
         // One clock read per batch (at most `BATCH_RECORDS` records, 1 MiB of body) for the
         // segments' age, not one per record.
         let now = Instant::now();
-        for record in batch {
-            // Properties kept as bytes are decoded for a version that writes them as JSON (the
-            // reader keeps them only for version 3).
-            let record = match record.wire {
-                Some(_) if !v3 => record.decode_wire()?,
-                _ => record,
-            };
+        for record in &batch {
             json.clear();
             // Versions 2 and 3: `json` holds the metadata, the body is written as it is.
             let next_len = if parts {
                 if v3 {
-                    encode_meta_v3(&record, &mut json)?;
+                    encode_meta_v3(record, &mut json);
                 } else {
-                    encode_meta(&record, &mut json);
+                    encode_meta(record, &mut json);
                 }
                 json.len() + 4 + record.body.len()
             } else {
-                check_version_1(&record)?;
-                encode_record(&record, &mut json);
+                check_version_1(record)?;
+                encode_record(record, &mut json);
                 json.len()
             };
             let full = current.as_ref().is_some_and(|open| {

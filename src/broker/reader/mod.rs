@@ -139,27 +139,37 @@ pub struct ReadOutcome {
 /// The `x-delivery-count` header of a delivery (a quorum queue's count of failed deliveries,
 /// absent before the first: 0).
 pub fn delivery_count(d: &Delivery) -> u64 {
-    let value = match &d.wire {
-        Some(wire) => wire.header("x-delivery-count"),
-        None => d.properties.headers.as_ref().and_then(|headers| {
-            headers
-                .iter()
-                .find(|(k, _)| k == "x-delivery-count")
-                .map(|(_, v)| v.clone())
-        }),
+    use crate::broker::amqp::codec::WireValue as W;
+    let count = |v: Option<&FieldValue>| match v? {
+        FieldValue::I64(n) => u64::try_from(*n).ok(),
+        FieldValue::I32(n) => u64::try_from(*n).ok(),
+        FieldValue::U32(n) => Some(u64::from(*n)),
+        FieldValue::I16(n) => u64::try_from(*n).ok(),
+        FieldValue::U16(n) => Some(u64::from(*n)),
+        FieldValue::I8(n) => u64::try_from(*n).ok(),
+        FieldValue::U8(n) => Some(u64::from(*n)),
+        _ => None,
     };
-    value
-        .and_then(|v| match v {
-            FieldValue::I64(n) => u64::try_from(n).ok(),
-            FieldValue::I32(n) => u64::try_from(n).ok(),
-            FieldValue::U32(n) => Some(u64::from(n)),
-            FieldValue::I16(n) => u64::try_from(n).ok(),
-            FieldValue::U16(n) => Some(u64::from(n)),
-            FieldValue::I8(n) => u64::try_from(n).ok(),
-            FieldValue::U8(n) => Some(u64::from(n)),
+    match &d.wire {
+        Some(wire) => match wire.header("x-delivery-count") {
+            Some(W::I64(n)) => u64::try_from(n).ok(),
+            Some(W::I32(n)) => u64::try_from(n).ok(),
+            Some(W::U32(n)) => Some(u64::from(n)),
+            Some(W::I16(n)) => u64::try_from(n).ok(),
+            Some(W::U16(n)) => Some(u64::from(n)),
+            Some(W::I8(n)) => u64::try_from(n).ok(),
+            Some(W::U8(n)) => Some(u64::from(n)),
             _ => None,
-        })
-        .unwrap_or(0)
+        },
+        None => count(
+            d.properties
+                .headers
+                .as_ref()
+                .and_then(|h| h.iter().find(|(k, _)| k == "x-delivery-count"))
+                .map(|(_, v)| v),
+        ),
+    }
+    .unwrap_or(0)
 }
 
 /// What a read has taken so far (every delivery it holds, given back when it ends): how many

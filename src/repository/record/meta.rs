@@ -34,19 +34,10 @@ pub fn encode_meta(rec: &BackupRecord, out: &mut Vec<u8>) {
 /// Appends the metadata of `rec` in segment format version 3: binary (`binary.rs`) when the
 /// record holds its properties as the broker sent them ([`BackupRecord::wire`]), else the
 /// JSON of [`encode_meta`].
-///
-/// Errors: `Error::Amqp` when a record's property bytes that cannot be stored in binary do
-/// not decode (never for bytes a channel kept).
-pub fn encode_meta_v3(rec: &BackupRecord, out: &mut Vec<u8>) -> Result<()> {
-    if write_binary(rec, out) {
-        return Ok(());
-    }
-    if rec.wire.is_some() {
-        encode_meta(&rec.clone().decode_wire()?, out);
-    } else {
+pub fn encode_meta_v3(rec: &BackupRecord, out: &mut Vec<u8>) {
+    if !write_binary(rec, out) {
         encode_meta(rec, out);
     }
-    Ok(())
 }
 
 /// The metadata object as serde_json reads it when it is not in the compact form: the same

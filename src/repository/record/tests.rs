@@ -1428,7 +1428,7 @@ fn binary_metadata_reads_back_as_the_decoded_delivery_would() {
         let wired = BackupRecord::from_delivery(as_wire(d), "q/é", "vh", 1_700_000_000_123);
         assert!(wired.headers.is_empty() && wired.properties == BackupProperties::default());
         let mut meta = Vec::new();
-        encode_meta_v3(&wired, &mut meta).unwrap();
+        encode_meta_v3(&wired, &mut meta);
         assert_eq!(meta[0], 0x00, "binary");
         let back = decode_meta(&meta, wired.body.clone()).unwrap();
         assert_eq!(back, decoded);
@@ -1437,7 +1437,7 @@ fn binary_metadata_reads_back_as_the_decoded_delivery_would() {
         let mut v2 = Vec::new();
         encode_meta(&decoded, &mut v2);
         let mut v3_json = Vec::new();
-        encode_meta_v3(&decoded, &mut v3_json).unwrap();
+        encode_meta_v3(&decoded, &mut v3_json);
         assert_eq!(v3_json, v2, "a record without kept bytes: version 2's JSON");
     }
 }
@@ -1459,7 +1459,7 @@ fn binary_metadata_is_laid_out_as_the_book_says() {
     };
     let rec = BackupRecord::from_delivery(as_wire(d), "q", "/", 1_700_000_000_000);
     let mut meta = Vec::new();
-    encode_meta_v3(&rec, &mut meta).unwrap();
+    encode_meta_v3(&rec, &mut meta);
     let mut want = vec![0x00, 0x01];
     want.extend_from_slice(&5u64.to_le_bytes());
     want.extend_from_slice(&1_700_000_000_000i64.to_le_bytes());
@@ -1478,7 +1478,7 @@ fn damaged_binary_metadata_is_an_error_never_a_panic() {
     let d = as_wire(delivery_with(Some(all_wire_values()), vec![1]));
     let rec = BackupRecord::from_delivery(d, "q", "v", 1);
     let mut meta = Vec::new();
-    encode_meta_v3(&rec, &mut meta).unwrap();
+    encode_meta_v3(&rec, &mut meta);
     for cut in 1..meta.len() {
         let e = decode_meta(&meta[..cut], Vec::new()).unwrap_err();
         assert!(
@@ -1518,7 +1518,7 @@ fn a_string_too_long_for_binary_metadata_is_written_as_json() {
     let queue = "q".repeat(70_000);
     let rec = BackupRecord::from_delivery(d.clone(), &queue, "v", 1);
     let mut meta = Vec::new();
-    encode_meta_v3(&rec, &mut meta).unwrap();
+    encode_meta_v3(&rec, &mut meta);
     assert_eq!(meta[0], b'{');
     let mut plain = d;
     plain.properties = plain.wire.take().unwrap().decode().unwrap();
@@ -1526,4 +1526,101 @@ fn a_string_too_long_for_binary_metadata_is_written_as_json() {
         decode_meta(&meta, vec![1]).unwrap(),
         BackupRecord::from_delivery(plain, &queue, "v", 1)
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Versions 1 and 2 from kept property bytes (write.rs `kept`)
+// ---------------------------------------------------------------------------------------------
+
+/// A random string of 0-40 bytes: ASCII, control characters, quotes and backslashes, and
+/// multi-byte UTF-8.
+fn wire_string(rng: &mut Rng) -> String {
+    const PARTS: [&str; 9] = ["a", "Z", "\"", "\\", "\u{1}", "\n", "\u{7f}", "é", "✓"];
+    (0..rng.below(14))
+        .map(|_| PARTS[rng.below(PARTS.len() as u64) as usize])
+        .collect()
+}
+
+fn wire_value(rng: &mut Rng, depth: u32) -> FieldValue {
+    let max = if depth >= 3 { 15 } else { 17 };
+    match rng.below(max) {
+        0 => FieldValue::Bool(rng.chance(50)),
+        1 => FieldValue::I8(rng.next() as i8),
+        2 => FieldValue::U8(rng.next() as u8),
+        3 => FieldValue::I16(rng.next() as i16),
+        4 => FieldValue::U16(rng.next() as u16),
+        5 => FieldValue::I32(rng.next() as i32),
+        6 => FieldValue::U32(rng.next() as u32),
+        7 => FieldValue::I64(rng.next() as i64),
+        8 => FieldValue::F32(f32::from_bits(rng.next() as u32)),
+        9 => FieldValue::F64(f64::from_bits(rng.next())),
+        10 => FieldValue::Decimal {
+            scale: rng.next() as u8,
+            value: rng.next() as u32,
+        },
+        11 if rng.chance(50) => FieldValue::LongString(wire_string(rng).into_bytes()),
+        11 => FieldValue::LongString((0..rng.below(6)).map(|_| rng.next() as u8).collect()),
+        12 => FieldValue::Timestamp(rng.next()),
+        13 => FieldValue::Void,
+        14 => FieldValue::Bytes((0..rng.below(6)).map(|_| rng.next() as u8).collect()),
+        15 => FieldValue::Table(wire_table(rng, depth + 1)),
+        _ => FieldValue::Array(
+            (0..rng.below(4))
+                .map(|_| wire_value(rng, depth + 1))
+                .collect(),
+        ),
+    }
+}
+
+fn wire_table(rng: &mut Rng, depth: u32) -> FieldTable {
+    (0..rng.below(6))
+        .map(|_| (wire_string(rng), wire_value(rng, depth)))
+        .collect()
+}
+
+fn random_properties(rng: &mut Rng) -> BasicProperties {
+    let s = |rng: &mut Rng| rng.chance(50).then(|| wire_string(rng));
+    BasicProperties {
+        content_type: s(rng),
+        content_encoding: s(rng),
+        headers: rng.chance(70).then(|| wire_table(rng, 0)),
+        delivery_mode: rng.chance(50).then(|| rng.next() as u8),
+        priority: rng.chance(50).then(|| rng.next() as u8),
+        correlation_id: s(rng),
+        reply_to: s(rng),
+        expiration: s(rng),
+        message_id: s(rng),
+        timestamp: rng.chance(50).then(|| rng.next()),
+        kind: s(rng),
+        user_id: s(rng),
+        app_id: s(rng),
+        cluster_id: s(rng),
+    }
+}
+
+#[test]
+fn kept_property_bytes_encode_as_the_decoded_record_in_versions_1_and_2() {
+    let mut rng = Rng(17);
+    for i in 0..3000 {
+        let mut d = delivery_with(None, property_body(&mut rng));
+        d.properties = random_properties(&mut rng);
+        if i == 0 {
+            d.properties.headers = Some(all_wire_values());
+        }
+        let decoded = BackupRecord::from_delivery(d.clone(), "q", "v", i);
+        let wired = BackupRecord::from_delivery(as_wire(d), "q", "v", i);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        encode_record(&decoded, &mut a);
+        encode_record(&wired, &mut b);
+        assert_eq!(
+            String::from_utf8_lossy(&b),
+            String::from_utf8_lossy(&a),
+            "version 1, record {i}"
+        );
+        a.clear();
+        b.clear();
+        encode_meta(&decoded, &mut a);
+        encode_meta(&wired, &mut b);
+        assert_eq!(a, b, "version 2, record {i}");
+    }
 }

@@ -32,6 +32,7 @@ pub use frame::*;
 pub use method::*;
 pub use properties::*;
 pub use table::*;
+pub use wire::{WireArray, WireFields, WireTable, WireValue};
 
 /// The protocol header a client sends first (AMQP 0-9-1, section 4.2.2).
 pub const PROTOCOL_HEADER: &[u8; 8] = b"AMQP\x00\x00\x09\x01";
