@@ -107,7 +107,7 @@ pub struct ReadPlan {
     /// return drops or dead-letters it.
     pub delivery_limit: Option<u64>,
     /// AMQP 0-9-1: deliveries keep their properties as the broker sent them
-    /// (`Delivery::wire`, for segment format version 3), not decoded.
+    /// (`Delivery::wire`: what a backup writes its records from), not decoded.
     pub wire_properties: bool,
 }
 

@@ -88,10 +88,11 @@ pub struct BackupRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_format: Option<MessageFormat>,
     /// The properties and headers as the broker sent them (an AMQP 0-9-1 content header's
-    /// property flags and list), when the reader kept them so (segment format version 3):
-    /// `properties` and `headers` are then empty, [`BackupRecord::decode_wire`] fills them.
-    /// Not a JSON field: a version 3 segment stores these bytes as they are
-    /// ([`encode_meta_v3`]); every record read from a segment has `None`.
+    /// property flags and list), as a backup's 0-9-1 reader keeps them: `properties` and
+    /// `headers` are then empty. The encoders write from these bytes (version 3 stores them
+    /// as they are, [`encode_meta_v3`]; versions 1 and 2 write the JSON of the decoded
+    /// record from them); [`BackupRecord::decode_wire`] fills the fields. Not a JSON field:
+    /// every record read from a segment has `None`.
     #[serde(skip)]
     pub wire: Option<WireProperties>,
 }

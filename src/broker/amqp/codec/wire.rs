@@ -3,8 +3,8 @@
 //! class-id, weight and body-size), checked by the rules of [`decode_properties`] without
 //! building a value, and read through a borrowed view ([`WireFields`], [`WireTable`],
 //! [`WireValue`]) that allocates nothing: a reader that stores them pays no allocation per
-//! property or header (segment format version 3 stores the bytes as they are, the record's
-//! JSON is written from the view: docs/segment-format.md).
+//! property or header (segment format version 3 stores the bytes as they are, versions 1
+//! and 2 write the record's JSON from the view: docs/segment-format.md).
 
 use super::*;
 use crate::broker::amqp::types::{BasicProperties, WireProperties};
@@ -173,7 +173,6 @@ impl<'a> WireValue<'a> {
             }
         })
     }
-
 }
 
 /// Walks a field table's entries (keys valid UTF-8, every value whole) at nesting `depth`,
@@ -198,7 +197,11 @@ fn skip_value(d: &mut Decoder<'_>, depth: usize) -> Result<()> {
         b'D' => 5,
         b'V' => 0,
         b'S' | b'x' => {
-            d.long_bytes(if code == b'S' { "long string" } else { "byte array" })?;
+            d.long_bytes(if code == b'S' {
+                "long string"
+            } else {
+                "byte array"
+            })?;
             return Ok(());
         }
         b'F' => {

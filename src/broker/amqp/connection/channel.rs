@@ -97,8 +97,8 @@ impl Channel {
 
     /// `on`: from now on, messages delivered on this channel keep their properties as the
     /// broker sent them (`Delivery::wire`, checked, not decoded; `Delivery::properties`
-    /// empty), so a reader that stores them as they are (segment format version 3) allocates
-    /// nothing per property or header; `off` (the default): decoded. A message whose content
+    /// empty), so a reader that writes records from them (a backup) allocates nothing per
+    /// property or header; `off` (the default): decoded. A message whose content
     /// has begun arriving is not affected.
     pub fn keep_wire_properties(&self, on: bool) {
         self.chan
