@@ -117,11 +117,11 @@ fn list_describe_validate_and_every_damage() {
         (
             "version",
             |b| {
-                b[4] = 3;
+                b[4] = 4;
                 fix_crc(b)
             },
             false,
-            "Serialization error: Unsupported segment version: 3",
+            "Serialization error: Unsupported segment version: 4",
         ),
         (
             "sha",
