@@ -132,9 +132,6 @@ pub(super) fn backup_queue<'a>(
         return Ok(Some(Outcome::Skipped(skipped(q, kind, why.clone()))));
     }
     let mut plan = decision.plan(strategy);
-    // A 0-9-1 message's properties are kept as the broker sent them, not decoded: version 3
-    // stores the bytes, versions 1 and 2 write their JSON from them (`record/write.rs`).
-    plan.wire_properties = true;
     if decision == Decision::Nack && attempts.counted > 0 {
         // A lost connection gave messages back counted (4.3+): from now on, as where every
         // return counts, no message near its limit is taken again.

@@ -521,8 +521,7 @@ mod tests {
             ReadPlan {
                 strategy: RequeueStrategy::Reject,
                 quorum_nack: true,
-                delivery_limit: None,
-                wire_properties: false,
+                delivery_limit: None
             }
         );
         assert_eq!(

@@ -1,6 +1,9 @@
 //! Reading a queue over AMQP 0-9-1 (the module documentation of `super` says how each
 //! `requeue_strategy` reads and gives back, and why): [`read_queue`], its consumer windows,
-//! and the small classic queues read with `basic.get`.
+//! and the small classic queues read with `basic.get`. Every channel it reads on keeps each
+//! delivery's properties as the broker sent them (`Delivery::wire`, not decoded): a backup
+//! writes its records from those bytes in every segment version (`record/write.rs`,
+//! `record/binary.rs`).
 
 use super::give_back::{give_back_in_order, nack_all, ready, wait_until_ready, GiveBack};
 use super::{
@@ -70,7 +73,6 @@ pub fn read_queue(
         strategy,
         quorum_nack: plan.quorum_nack && quorum,
         delivery_limit: plan.delivery_limit.filter(|_| quorum),
-        wire: plan.wire_properties,
         held,
         should_stop,
     };
@@ -100,8 +102,6 @@ struct QueueRead<'a> {
     quorum_nack: bool,
     /// [`ReadPlan::delivery_limit`], for a quorum queue.
     delivery_limit: Option<u64>,
-    /// [`ReadPlan::wire_properties`].
-    wire: bool,
     held: &'a Held,
     should_stop: &'a dyn Fn() -> Option<String>,
 }
@@ -146,7 +146,7 @@ impl QueueRead<'_> {
                         // 1, 2, 4, ...: a stop holds at most about twice what was looked at.
                         size = size.min(windows.last().map_or(1, |w| w.size.saturating_mul(2)));
                     }
-                    windows.push(open_window(conn, queue, size, windows.len(), self.wire)?);
+                    windows.push(open_window(conn, queue, size, windows.len())?);
                 }
                 let Some(window) = windows.last_mut() else {
                     // Cannot happen: a window was just opened.
@@ -261,15 +261,9 @@ impl QueueRead<'_> {
     }
 }
 
-fn open_window(
-    conn: &Connection,
-    queue: &str,
-    size: u64,
-    index: usize,
-    wire: bool,
-) -> Result<Window> {
+fn open_window(conn: &Connection, queue: &str, size: u64, index: usize) -> Result<Window> {
     let channel = conn.open_channel()?;
-    channel.keep_wire_properties(wire);
+    channel.keep_wire_properties(true);
     // `size` is at most MAX_WINDOW, so it fits the u16 prefetch field.
     let prefetch = u16::try_from(size).unwrap_or(u16::MAX);
     channel.basic_qos(prefetch, false)?;
@@ -323,7 +317,7 @@ impl QueueRead<'_> {
             depth,
             ..
         } = *self;
-        control.keep_wire_properties(self.wire);
+        control.keep_wire_properties(true);
         // The last delivery tag and the ready count its get-ok reported.
         let mut last: Option<(u64, u32)> = None;
         let read = (|| -> Result<()> {
@@ -373,7 +367,7 @@ impl QueueRead<'_> {
             ..
         } = *self;
         let channel = conn.open_channel()?;
-        channel.keep_wire_properties(self.wire);
+        channel.keep_wire_properties(true);
         let mut tags: Vec<u64> = Vec::new();
         let read = (|| -> Result<()> {
             while outcome.read < depth {

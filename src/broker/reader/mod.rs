@@ -106,20 +106,15 @@ pub struct ReadPlan {
     /// of `limit - 1` or more: given back, it would be left at the limit, where any further
     /// return drops or dead-letters it.
     pub delivery_limit: Option<u64>,
-    /// AMQP 0-9-1: deliveries keep their properties as the broker sent them
-    /// (`Delivery::wire`: what a backup writes its records from), not decoded.
-    pub wire_properties: bool,
 }
 
 impl ReadPlan {
-    /// The plan of `strategy` alone: returns as the strategy says, no limit, properties
-    /// decoded.
+    /// The plan of `strategy` alone: returns as the strategy says, no limit.
     pub fn of(strategy: RequeueStrategy) -> ReadPlan {
         ReadPlan {
             strategy,
             quorum_nack: false,
             delivery_limit: None,
-            wire_properties: false,
         }
     }
 }
