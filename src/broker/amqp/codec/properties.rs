@@ -180,13 +180,19 @@ pub struct ContentHeader {
     pub properties: Result<BasicProperties>,
 }
 
+/// The fixed 12 bytes a content header frame's payload begins with: its class-id and body size
+/// (the weight, always 0, skipped).
+pub(super) fn content_header_prefix(d: &mut Decoder<'_>) -> Result<(u16, u64)> {
+    let class_id = d.u16("content header class")?;
+    let _weight = d.u16("content header weight")?;
+    Ok((class_id, d.u64("content body size")?))
+}
+
 /// Decodes a content header frame payload: class-id, weight, body-size, then the properties.
 /// An error in the fixed 12-byte prefix is returned as the outer error.
 pub fn decode_content_header(payload: &[u8]) -> Result<ContentHeader> {
     let mut d = Decoder::new(payload);
-    let class_id = d.u16("content header class")?;
-    let _weight = d.u16("content header weight")?;
-    let body_size = d.u64("content body size")?;
+    let (class_id, body_size) = content_header_prefix(&mut d)?;
     let properties = decode_properties(&mut d);
     Ok(ContentHeader {
         class_id,

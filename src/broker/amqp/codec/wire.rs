@@ -176,8 +176,9 @@ impl<'a> WireValue<'a> {
 }
 
 /// Walks a field table's entries (keys valid UTF-8, every value whole) at nesting `depth`,
-/// as `Decoder::table` reads them: the check of [`WireProperties::new`], without building a
-/// view per value (measured: a third of the cost of walking it through [`WireTable`]).
+/// as `Decoder::table` reads them: the check of [`WireProperties::new`], with a plain loop
+/// rather than [`WireTable`]'s iterator items (measured with perf: walking the iterator
+/// cost about 2.5 times as much).
 fn skip_entries(mut d: Decoder<'_>, depth: usize) -> Result<()> {
     while !d.is_empty() {
         short(&mut d, "field table key")?;
@@ -186,45 +187,19 @@ fn skip_entries(mut d: Decoder<'_>, depth: usize) -> Result<()> {
     Ok(())
 }
 
-/// Walks one field value (type octet, then its bytes) as `Decoder::field_value` reads it.
+/// Walks one field value (type octet, then its bytes, nested values included) as
+/// `Decoder::field_value` reads it.
 fn skip_value(d: &mut Decoder<'_>, depth: usize) -> Result<()> {
-    let code = d.u8("field value type")?;
-    let fixed = match code {
-        b't' | b'b' | b'B' => 1,
-        b's' | b'u' => 2,
-        b'I' | b'i' | b'f' => 4,
-        b'l' | b'd' | b'T' => 8,
-        b'D' => 5,
-        b'V' => 0,
-        b'S' | b'x' => {
-            d.long_bytes(if code == b'S' {
-                "long string"
-            } else {
-                "byte array"
-            })?;
-            return Ok(());
-        }
-        b'F' => {
-            nested(depth + 1)?;
-            return skip_entries(Decoder::new(d.long_bytes("field table")?), depth + 1);
-        }
-        b'A' => {
-            nested(depth + 1)?;
-            let mut a = Decoder::new(d.long_bytes("field array")?);
-            while !a.is_empty() {
-                skip_value(&mut a, depth + 1)?;
+    match WireValue::read(d, depth)? {
+        WireValue::Table(t) => skip_entries(t.d, t.depth),
+        WireValue::Array(WireArray { mut d, depth }) => {
+            while !d.is_empty() {
+                skip_value(&mut d, depth)?;
             }
-            return Ok(());
+            Ok(())
         }
-        other => {
-            return Err(malformed(format_args!(
-                "unknown field value type code 0x{other:02x} ('{}')",
-                [other].escape_ascii()
-            )))
-        }
-    };
-    d.bytes(fixed, "field value")?;
-    Ok(())
+        _ => Ok(()),
+    }
 }
 
 /// The properties in `bytes` (flag words, then each present property), borrowed; the header
@@ -296,15 +271,15 @@ impl WireProperties {
     /// inner one as [`WireProperties::new`].
     pub fn of_content_header(payload: &[u8]) -> Result<(u64, Result<WireProperties>)> {
         let mut d = Decoder::new(payload);
-        d.u16("content header class")?;
-        d.u16("content header weight")?;
-        let body_size = d.u64("content body size")?;
+        let (_, body_size) = content_header_prefix(&mut d)?;
         Ok((body_size, WireProperties::new(d.rest().to_vec())))
     }
 
-    /// The properties encoded by [`put_properties`] (what a publisher would send for `p`).
+    /// Tests: the properties encoded by [`put_properties`] (what a publisher would send for
+    /// `p`), as a channel would keep them.
     ///
     /// Errors: as [`put_properties`] (a short string over 255 bytes).
+    #[cfg(test)]
     pub fn encode(p: &BasicProperties) -> Result<WireProperties> {
         let mut buf = Vec::new();
         put_properties(&mut buf, p)?;
