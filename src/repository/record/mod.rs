@@ -91,7 +91,7 @@ pub struct BackupRecord {
     /// property flags and list), as a backup's 0-9-1 reader keeps them: `properties` and
     /// `headers` are then empty. The encoders write from these bytes (version 3 stores them
     /// as they are, [`encode_meta_v3`]; versions 1 and 2 write the JSON of the decoded
-    /// record from them); [`BackupRecord::decode_wire`] fills the fields. Not a JSON field:
+    /// record from them). Not a JSON field:
     /// every record read from a segment has `None`.
     #[serde(skip)]
     pub wire: Option<WireProperties>,
@@ -248,12 +248,10 @@ impl BackupRecord {
         }
     }
 
-    /// The record with its properties and headers decoded from [`BackupRecord::wire`] (as
-    /// [`BackupRecord::from_delivery`] would have made them), for an encoding that writes
-    /// them as JSON; the record as it is when it has no such bytes.
-    ///
-    /// Errors: none for bytes a channel kept (they were checked when received);
-    /// `Error::Amqp` for bytes that do not decode.
+    /// Tests: the record with its properties and headers decoded from [`BackupRecord::wire`]
+    /// (as [`BackupRecord::from_delivery`] would have made them), the record every encoding
+    /// must write the same as; the record as it is when it has no such bytes.
+    #[cfg(test)]
     pub fn decode_wire(mut self) -> crate::error::Result<BackupRecord> {
         if let Some(w) = self.wire.take() {
             (self.properties, self.headers) = split_properties(w.decode()?);

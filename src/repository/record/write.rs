@@ -12,7 +12,7 @@
 //! with `serde_json::to_vec` of the record.
 
 use super::{BackupHeaderValue, BackupProperties, BackupRecord, MessageFormat};
-use crate::broker::amqp::codec::{WireTable, WireValue};
+use crate::broker::amqp::codec::{WireFields, WireTable, WireValue};
 use crate::broker::amqp::types::WireProperties;
 use crate::error::Result;
 
@@ -24,7 +24,7 @@ pub(super) fn write_fields(rec: &BackupRecord, lead: u8, out: &mut Vec<u8>) {
         Some(w) => kept(w, out),
         None => {
             out.extend_from_slice(b"\"properties\":");
-            properties(&rec.properties, out);
+            properties(&borrowed(&rec.properties), out);
             out.extend_from_slice(b",\"headers\":");
             table(&rec.headers, out);
         }
@@ -69,40 +69,12 @@ fn kept(w: &WireProperties, out: &mut Vec<u8>) {
 }
 
 fn kept_fields(w: &WireProperties, out: &mut Vec<u8>) -> Result<()> {
-    let f = w.fields()?;
-    let s = |v: Option<&str>, out: &mut Vec<u8>| match v {
-        Some(v) => string(v, out),
-        None => out.extend_from_slice(b"null"),
-    };
-    out.extend_from_slice(b"\"properties\":{\"content_type\":");
-    s(f.content_type, out);
-    out.extend_from_slice(b",\"content_encoding\":");
-    s(f.content_encoding, out);
-    out.extend_from_slice(b",\"delivery_mode\":");
-    opt_int(f.delivery_mode, out);
-    out.extend_from_slice(b",\"priority\":");
-    opt_int(f.priority, out);
-    out.extend_from_slice(b",\"correlation_id\":");
-    s(f.correlation_id, out);
-    out.extend_from_slice(b",\"reply_to\":");
-    s(f.reply_to, out);
-    out.extend_from_slice(b",\"expiration\":");
-    s(f.expiration, out);
-    out.extend_from_slice(b",\"message_id\":");
-    s(f.message_id, out);
-    out.extend_from_slice(b",\"timestamp\":");
-    // As the record holds it (`split_properties`: the u64 as i64).
-    opt_int(f.timestamp.map(|t| t as i64), out);
-    out.extend_from_slice(b",\"type_field\":");
-    s(f.kind, out);
-    out.extend_from_slice(b",\"user_id\":");
-    s(f.user_id, out);
-    out.extend_from_slice(b",\"app_id\":");
-    s(f.app_id, out);
-    out.extend_from_slice(b",\"cluster_id\":");
-    s(f.cluster_id, out);
-    out.extend_from_slice(b"},\"headers\":");
-    match f.headers {
+    let mut f = w.fields()?;
+    let headers = f.headers.take();
+    out.extend_from_slice(b"\"properties\":");
+    properties(&f, out);
+    out.extend_from_slice(b",\"headers\":");
+    match headers {
         Some(t) => kept_table(t, out)?,
         None => out.extend_from_slice(b"[]"),
     }
@@ -169,33 +141,61 @@ fn kept_value(v: WireValue<'_>, out: &mut Vec<u8>) -> Result<()> {
     Ok(())
 }
 
-fn properties(p: &BackupProperties, out: &mut Vec<u8>) {
+/// A record's properties, borrowed in the shape of a kept property list: what
+/// [`properties`] writes for either kind of record (the header table is written apart).
+fn borrowed(p: &BackupProperties) -> WireFields<'_> {
+    WireFields {
+        content_type: p.content_type.as_deref(),
+        content_encoding: p.content_encoding.as_deref(),
+        headers: None,
+        delivery_mode: p.delivery_mode,
+        priority: p.priority,
+        correlation_id: p.correlation_id.as_deref(),
+        reply_to: p.reply_to.as_deref(),
+        expiration: p.expiration.as_deref(),
+        message_id: p.message_id.as_deref(),
+        // The record's i64 as the wire's u64, bit for bit; written back as the i64.
+        timestamp: p.timestamp.map(|t| t as u64),
+        kind: p.type_field.as_deref(),
+        user_id: p.user_id.as_deref(),
+        app_id: p.app_id.as_deref(),
+        cluster_id: p.cluster_id.as_deref(),
+    }
+}
+
+/// `{"content_type":...,"cluster_id":...}`: BackupProperties' JSON in SPEC.md's key order.
+fn properties(f: &WireFields<'_>, out: &mut Vec<u8>) {
+    let s = |v: Option<&str>, out: &mut Vec<u8>| match v {
+        Some(v) => string(v, out),
+        None => out.extend_from_slice(b"null"),
+    };
     out.extend_from_slice(b"{\"content_type\":");
-    opt_string(&p.content_type, out);
+    s(f.content_type, out);
     out.extend_from_slice(b",\"content_encoding\":");
-    opt_string(&p.content_encoding, out);
+    s(f.content_encoding, out);
     out.extend_from_slice(b",\"delivery_mode\":");
-    opt_int(p.delivery_mode, out);
+    opt_int(f.delivery_mode, out);
     out.extend_from_slice(b",\"priority\":");
-    opt_int(p.priority, out);
+    opt_int(f.priority, out);
     out.extend_from_slice(b",\"correlation_id\":");
-    opt_string(&p.correlation_id, out);
+    s(f.correlation_id, out);
     out.extend_from_slice(b",\"reply_to\":");
-    opt_string(&p.reply_to, out);
+    s(f.reply_to, out);
     out.extend_from_slice(b",\"expiration\":");
-    opt_string(&p.expiration, out);
+    s(f.expiration, out);
     out.extend_from_slice(b",\"message_id\":");
-    opt_string(&p.message_id, out);
+    s(f.message_id, out);
     out.extend_from_slice(b",\"timestamp\":");
-    opt_int(p.timestamp, out);
+    // As the record holds it (`split_properties`: the u64 as i64).
+    opt_int(f.timestamp.map(|t| t as i64), out);
     out.extend_from_slice(b",\"type_field\":");
-    opt_string(&p.type_field, out);
+    s(f.kind, out);
     out.extend_from_slice(b",\"user_id\":");
-    opt_string(&p.user_id, out);
+    s(f.user_id, out);
     out.extend_from_slice(b",\"app_id\":");
-    opt_string(&p.app_id, out);
+    s(f.app_id, out);
     out.extend_from_slice(b",\"cluster_id\":");
-    opt_string(&p.cluster_id, out);
+    s(f.cluster_id, out);
     out.push(b'}');
 }
 
@@ -295,13 +295,6 @@ fn int<I: itoa::Integer>(n: I, out: &mut Vec<u8>) {
 fn opt_int<I: itoa::Integer>(n: Option<I>, out: &mut Vec<u8>) {
     match n {
         Some(n) => int(n, out),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-fn opt_string(s: &Option<String>, out: &mut Vec<u8>) {
-    match s {
-        Some(s) => string(s, out),
         None => out.extend_from_slice(b"null"),
     }
 }
