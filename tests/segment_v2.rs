@@ -287,12 +287,7 @@ fn a_version_2_backup_restores_byte_for_byte() {
     let dir = TempDir::new("v2-rt");
     let store = dir.path().join("store");
     let (secret, public) = rmq_backup::repository::encryption::generate();
-    let identity = dir.path().join("identity.txt");
-    std::fs::write(&identity, format!("{secret}\n")).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
+    let identity = identity_file(dir.path(), &secret);
     let cases = [
         ("v2-zstd", "", ".zst", ""),
         ("v2-lz4", "  compression: lz4\n", ".lz4", ""),
@@ -527,12 +522,7 @@ fn a_version_3_backup_restores_the_brokers_bytes() {
     let dir = TempDir::new("v3-rt");
     let store = dir.path().join("store");
     let (secret, public) = rmq_backup::repository::encryption::generate();
-    let identity = dir.path().join("identity.txt");
-    std::fs::write(&identity, format!("{secret}\n")).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
+    let identity = identity_file(dir.path(), &secret);
     let cases = [
         ("v3-zstd", String::new(), String::new()),
         (

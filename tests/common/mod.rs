@@ -1146,3 +1146,13 @@ pub fn conversion() -> rmq_backup::broker::stream::amqp10::Conversion {
     let (major, minor) = broker().version;
     rmq_backup::broker::stream::amqp10::Conversion::of_version(&format!("{major}.{minor}"))
 }
+
+/// Writes age `secret` into `dir/identity.txt`, readable by its owner only (as
+/// `restore.encryption.identity_file` requires); returns its path.
+pub fn identity_file(dir: &Path, secret: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("identity.txt");
+    std::fs::write(&p, format!("{secret}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
